@@ -1,0 +1,195 @@
+"""The handle client code receives: it reads branch state and makes effects."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from .effects import LOG_LEVELS, All, Branch, Elicit, Log, Notify, Sample
+from .errors import format_validation_errors
+from .messages import ModelPreferences, ToolSpec, parse_messages
+
+__all__ = ["BranchState", "Context", "TokenAccount"]
+
+
+@dataclass
+class TokenAccount:
+    """A token budget; charging a branch charges every budget above it too."""
+
+    limit: int | None
+    parent: TokenAccount | None = None
+    spent: int = 0
+
+    def remaining(self) -> int | None:
+        left = None
+        account: TokenAccount | None = self
+        while account is not None:
+            if account.limit is not None:
+                own = account.limit - account.spent
+                left = own if left is None else min(left, own)
+            account = account.parent
+        return left
+
+    def charge(self, tokens: int) -> None:
+        account: TokenAccount | None = self
+        while account is not None:
+            account.spent += tokens
+            account = account.parent
+
+
+@dataclass
+class BranchState:
+    """Everything the runtime keeps for one branch; Context is a view of it."""
+
+    id: str
+    name: str
+    depth: int
+    max_depth: int | None
+    deadline: float | None
+    tokens: TokenAccount
+    messages: list[Any] = field(default_factory=list)
+    parent_messages: tuple[Any, ...] = ()
+    parent_system_prompt: str | None = None
+    system_prompt: str | None = None
+    children: int = 0
+    timed_out: bool = False
+
+
+class Context:
+    """Made by the runtime, one per branch. Its methods return effects to yield:
+
+        result = yield ctx.sample(prompt="...")
+    """
+
+    __slots__ = ("_branch",)
+
+    def __init__(self, branch: BranchState) -> None:
+        self._branch = branch
+
+    def __repr__(self) -> str:
+        return f"<Context branch={self._branch.id} depth={self._branch.depth}>"
+
+    @property
+    def messages(self) -> tuple[Any, ...]:
+        """This branch's auto-tracked history (prompt-mode samples append to it)."""
+        return tuple(self._branch.messages)
+
+    @property
+    def parent_messages(self) -> tuple[Any, ...]:
+        return self._branch.parent_messages
+
+    @property
+    def parent_system_prompt(self) -> str | None:
+        return self._branch.parent_system_prompt
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self._branch.system_prompt
+
+    @property
+    def depth(self) -> int:
+        return self._branch.depth
+
+    def sample(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: list[Any] | None = None,
+        system_prompt: str | None = None,
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | dict[str, Any] | None = None,
+        tools: list[ToolSpec | dict[str, Any]] | None = None,
+        tool_choice: Literal["auto", "required", "none"] | None = None,
+    ) -> Sample:
+        """`prompt=` appends the user/assistant pair to `ctx.messages`; `messages=` does not."""
+        if (prompt is None) == (messages is None):
+            raise TypeError("ctx.sample() takes exactly one of prompt= (auto-tracked) or messages= (explicit)")
+        if prompt is not None and not isinstance(prompt, str):
+            raise TypeError(f"ctx.sample(prompt=...) must be a str, not {type(prompt).__name__}")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ValueError(f"ctx.sample(max_tokens={max_tokens!r}): give a positive int")
+        if tool_choice not in (None, "auto", "required", "none"):
+            raise ValueError(f"ctx.sample(tool_choice={tool_choice!r}): use 'auto', 'required' or 'none'")
+        try:
+            parsed = None if messages is None else tuple(parse_messages(messages))
+            prefs = None if model_preferences is None else ModelPreferences.model_validate(model_preferences)
+            specs = None if tools is None else tuple(ToolSpec.model_validate(t) for t in tools)
+        except ValidationError as error:
+            raise ValueError(
+                "ctx.sample(): bad argument:\n" + "\n".join(f"  {e}" for e in format_validation_errors(error))
+            ) from None
+        return Sample(
+            prompt=prompt,
+            messages=parsed,
+            system_prompt=system_prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop_sequences=None if stop_sequences is None else tuple(stop_sequences),
+            model_preferences=prefs,
+            tools=specs,
+            tool_choice=tool_choice,
+        )
+
+    def elicit(self, key: str, *, message: str, schema: type[BaseModel], context: Any = None) -> Elicit:
+        """Ask the user; `key` names the request (and the function in its exchange)."""
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ValueError(f"ctx.elicit(key={key!r}): the key must be an identifier, like 'pick_move'")
+        if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+            raise TypeError(f"ctx.elicit({key!r}, schema=...) must be a pydantic model class, not {schema!r}")
+        return Elicit(key=key, message=str(message), schema=schema, context=context)
+
+    def log(self, level: str, message: str) -> Log:
+        if level not in LOG_LEVELS:
+            raise ValueError(f"ctx.log(level={level!r}): use one of {', '.join(LOG_LEVELS)}")
+        return Log(level=level, message=str(message))
+
+    def notify(self, message: str, *, progress: float | None = None, total: float | None = None) -> Notify:
+        return Notify(message=str(message), progress=progress, total=total)
+
+    def branch(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        inherit_messages: bool = True,
+        system_prompt: str | None = None,
+        max_depth: int | None = None,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Branch:
+        """Run `fn(sub_ctx, *args, **kwargs)` as a sub-branch; yields its return value."""
+        if not getattr(fn, "__branchc_resumable__", False):
+            raise TypeError(
+                f"ctx.branch({getattr(fn, '__qualname__', fn)!r}): the function must be a generator "
+                f"marked @resumable; add @resumable above its def"
+            )
+        return Branch(
+            fn=fn,
+            args=args,
+            kwargs=kwargs,
+            inherit_messages=inherit_messages,
+            system_prompt=system_prompt,
+            max_depth=max_depth,
+            max_tokens=max_tokens,
+            timeout=timeout,
+        )
+
+    def all(self, effects: list[Any]) -> All:
+        """Run effects (usually branches) concurrently; yields their results in order."""
+        effects = tuple(effects)
+        for index, effect in enumerate(effects):
+            if not isinstance(effect, (Sample, Elicit, Log, Notify, Branch, All)):
+                raise TypeError(
+                    f"ctx.all(): item {index} is a {type(effect).__name__}, not an effect; "
+                    f"pass effects such as ctx.branch(fn)"
+                )
+        return All(effects=effects)
+
+
+def is_generator_function(fn: Any) -> bool:
+    return inspect.isgeneratorfunction(fn) or bool(getattr(fn, "__branchc_compiled__", False))

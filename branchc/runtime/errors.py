@@ -1,0 +1,106 @@
+"""Every error the runtime raises, so callers can catch them by kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BranchDepthError",
+    "BranchError",
+    "BranchTimeoutError",
+    "BranchTokenError",
+    "BranchcError",
+    "ClientAnswerError",
+    "ElicitValidationError",
+    "EffectTypeError",
+    "JsonDataError",
+    "MissingCapabilityError",
+    "ParamsError",
+    "ToolDefinitionError",
+    "ToolPhaseError",
+    "format_validation_errors",
+]
+
+
+class BranchcError(Exception):
+    """Base of branchc's own errors."""
+
+
+class ToolDefinitionError(BranchcError, TypeError):
+    """A tool or resumable function is defined in a way branchc cannot run."""
+
+
+class ParamsError(BranchcError, ValueError):
+    """Tool arguments failed the params model; `errors` lists every field."""
+
+    def __init__(self, tool: str, errors: list[str]) -> None:
+        self.tool = tool
+        self.errors = errors
+        super().__init__(f"invalid params for {tool}:\n" + "\n".join(f"  {e}" for e in errors))
+
+
+class JsonDataError(BranchcError, TypeError):
+    """A value crossing a phase boundary is not JSON data."""
+
+
+class EffectTypeError(BranchcError, TypeError):
+    """A generator yielded something that is not an effect."""
+
+
+class ClientAnswerError(BranchcError, ValueError):
+    """A client answered a sample or elicit with data of the wrong shape."""
+
+
+class MissingCapabilityError(BranchcError, RuntimeError):
+    """The client lacks a capability the tool declares in `requires`."""
+
+
+class ElicitValidationError(BranchcError, ValueError):
+    """An accepted elicitation whose content fails the requested schema."""
+
+    def __init__(self, key: str, errors: list[str], content: Any) -> None:
+        self.key = key
+        self.errors = errors
+        self.content = content
+        super().__init__(
+            f"elicit {key!r}: the accepted content does not match the schema:\n"
+            + "\n".join(f"  {e}" for e in errors)
+        )
+
+
+class BranchError(BranchcError, RuntimeError):
+    """A branch limit was exceeded; thrown into the generator at its current yield."""
+
+
+class BranchDepthError(BranchError):
+    pass
+
+
+class BranchTokenError(BranchError):
+    pass
+
+
+class BranchTimeoutError(BranchError):
+    pass
+
+
+class ToolPhaseError(BranchcError, RuntimeError):
+    """An exception escaped a tool phase; the original is `__cause__`."""
+
+    def __init__(self, tool: str, phase: str, error: BaseException) -> None:
+        self.tool = tool
+        self.phase = phase
+        self.error = error
+        super().__init__(f"{tool}: {phase}() failed: {type(error).__name__}: {error}")
+
+
+def format_validation_errors(error: Any) -> list[str]:
+    """One line per pydantic error: `field.path: message (got value)`."""
+    lines = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"]) or "(root)"
+        line = f"{where}: {item['msg']}"
+        if item["type"] != "missing" and "input" in item:
+            line += f" (got {item['input']!r})"
+        lines.append(line)
+    return lines

@@ -1,0 +1,130 @@
+"""The authoring API: `tool(...)` with `.before` / `.client` / `.after`, and `@resumable`."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Iterable, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .context import is_generator_function
+from .errors import ParamsError, ToolDefinitionError, format_validation_errors
+from .limits import Limits
+
+__all__ = ["CAPABILITIES", "Tool", "resumable", "tool"]
+
+CAPABILITIES = frozenset({"sampling", "elicitation"})
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
+
+
+def resumable(fn: F) -> F:
+    """Mark a generator function as portable: the splitter compiles it, `ctx.branch` runs it."""
+    if not is_generator_function(fn):
+        raise ToolDefinitionError(
+            f"@resumable applies to generator functions, and {fn.__qualname__} ({_where(fn)}) has no "
+            f"yield; make it yield effects, or drop @resumable"
+        )
+    fn.__branchc_resumable__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+class _NoParams(BaseModel):
+    pass
+
+
+class Tool:
+    """A tool in three phases: before (server) -> client (portable generator) -> after (server)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        params: type[BaseModel] | None = None,
+        requires: Iterable[str] = (),
+        limits: Limits | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name or len(name) > 128:
+            raise ToolDefinitionError(f"tool name {name!r}: give a non-empty str of at most 128 characters")
+        if params is not None and not (isinstance(params, type) and issubclass(params, BaseModel)):
+            raise ToolDefinitionError(f"tool {name!r}: params= must be a pydantic model class, not {params!r}")
+        requires = frozenset(requires)
+        if unknown := requires - CAPABILITIES:
+            raise ToolDefinitionError(
+                f"tool {name!r}: requires={sorted(unknown)} is unknown; use a subset of {sorted(CAPABILITIES)}"
+            )
+        self.name = name
+        self.description = description
+        self.params: type[BaseModel] = params or _NoParams
+        self.requires = requires
+        self.limits = limits or Limits()
+        self.before_fn: Callable[..., Any] | None = None
+        self.client_fn: Callable[..., Any] | None = None
+        self.after_fn: Callable[..., Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name}>"
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the params (the MCP inputSchema)."""
+        return self.params.model_json_schema()
+
+    def before(self, fn: F) -> F:
+        """Server side, before the client phase: `before(params) -> handoff` (sync or async)."""
+        self.before_fn = self._phase("before", fn)
+        return fn
+
+    def client(self, fn: F) -> F:
+        """The portable phase: a generator `client(handoff, ctx)` that yields effects."""
+        if not is_generator_function(fn):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: client {fn.__qualname__} ({_where(fn)}) must be a generator "
+                f"function: yield effects such as `yield ctx.sample(prompt=...)`"
+            )
+        fn.__branchc_resumable__ = True  # type: ignore[attr-defined]
+        self.client_fn = self._phase("client", fn)
+        return fn
+
+    def after(self, fn: F) -> F:
+        """Server side, after the client phase: `after(handoff, client_result) -> result` (sync or async)."""
+        self.after_fn = self._phase("after", fn)
+        return fn
+
+    def _phase(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(fn):
+            raise ToolDefinitionError(f"tool {self.name!r}: {phase} must be a function, not {fn!r}")
+        if phase != "client" and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: {phase} {fn.__qualname__} ({_where(fn)}) is a generator; "
+                f"{phase} runs on the server and returns its value: use return, not yield"
+            )
+        if getattr(self, f"{phase}_fn") is not None:
+            raise ToolDefinitionError(f"tool {self.name!r} already has a {phase} phase")
+        return fn
+
+    def validate_params(self, params: BaseModel | dict[str, Any] | None) -> BaseModel:
+        """The params model instance, or ParamsError listing every failing field."""
+        if isinstance(params, self.params):
+            return params
+        try:
+            return self.params.model_validate({} if params is None else params)
+        except ValidationError as error:
+            raise ParamsError(self.name, format_validation_errors(error)) from None
+
+
+def tool(
+    name: str,
+    *,
+    description: str = "",
+    params: type[BaseModel] | None = None,
+    requires: Iterable[str] = (),
+    limits: Limits | None = None,
+) -> Tool:
+    """Declare a tool; attach its phases with `@t.before`, `@t.client`, `@t.after`."""
+    return Tool(name, description=description, params=params, requires=requires, limits=limits)
