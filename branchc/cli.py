@@ -1,2 +1,147 @@
-def main():
-    pass
+"""The `branchc` command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from . import __version__
+from .runtime import Limits, run_tool
+from .runtime.client import ElicitAnswer
+from .runtime.console import ConsoleClient
+from .runtime.errors import BranchcError, ToolPhaseError, format_validation_errors
+from .runtime.loader import load_tool
+from .runtime.messages import SampleResult
+from .runtime.testing import MockClient
+from .viz import TimelinePrinter
+
+app = typer.Typer(
+    help="Compile, run and serve interactive MCP tools written as Python generators.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class CliError(Exception):
+    """A user mistake: printed as one clear message, no traceback."""
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"branchc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """branchc: interactive MCP tools as portable, resumable generators."""
+
+
+class _Responses(BaseModel):
+    """The scripted answers file of `branchc run --responses`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample: list[str | SampleResult] = []
+    elicit: list[ElicitAnswer] = []
+
+
+def _load_responses(path: Path) -> MockClient:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as error:
+        raise CliError(f"{path}: cannot read it: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise CliError(f"{path}{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
+    try:
+        script = _Responses.model_validate(data)
+    except ValidationError as error:
+        lines = "\n".join(f"  {line}" for line in format_validation_errors(error))
+        raise CliError(
+            f"{path}: the scripted answers do not fit; expected `sample:` (a list of texts) and "
+            f"`elicit:` (a list of {{action, content}}):\n{lines}"
+        ) from None
+    return MockClient(script.sample, script.elicit)
+
+
+def _parse_params(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CliError(f"--params: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+
+
+def _phase_location(error: ToolPhaseError) -> str:
+    """file:line of the innermost frame outside branchc, where the user's code failed."""
+    package = Path(__file__).resolve().parent
+    place = ""
+    traceback = error.error.__traceback__
+    while traceback is not None:
+        filename = Path(traceback.tb_frame.f_code.co_filename).resolve()
+        if package not in filename.parents:
+            place = f"{traceback.tb_frame.f_code.co_filename}:{traceback.tb_lineno}"
+        traceback = traceback.tb_next
+    return place
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="A Python file that defines the tool.")],
+    tool_name: Annotated[str | None, typer.Argument(metavar="TOOL", help="The tool's name (optional if only one).")] = None,
+    params: Annotated[str, typer.Option("--params", "-p", help="The tool's arguments as JSON.")] = "{}",
+    responses: Annotated[
+        Path | None, typer.Option("--responses", "-r", help="YAML file of scripted sample and elicit answers.")
+    ] = None,
+    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Answer each sample and elicit yourself.")] = False,
+    call_id: Annotated[str, typer.Option(help="The tool call id (elicit exchanges use it).")] = "1",
+    max_depth: Annotated[int | None, typer.Option(help="Runtime policy: deepest branch nesting.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Runtime policy: token budget.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Runtime policy: seconds for the client phase.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the result.")] = False,
+) -> None:
+    """Run a tool: before -> client -> after, with scripted or typed answers.
+
+    The timeline goes to stderr, the result (JSON) to stdout.
+    """
+    try:
+        if interactive == (responses is not None):
+            raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
+        tool = load_tool(file, tool_name)
+        arguments = _parse_params(params)
+        client = ConsoleClient(err) if interactive else _load_responses(responses)
+        limits = Limits(max_depth=max_depth, max_tokens=max_tokens, timeout=timeout)
+        printer = None if quiet else TimelinePrinter(err)
+        result = anyio.run(
+            lambda: run_tool(tool, arguments, client, limits=limits, call_id=call_id, on_event=printer)
+        )
+    except ToolPhaseError as error:
+        place = _phase_location(error)
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        if place:
+            err.print(f"  [dim]at {escape(place)}[/]")
+        raise typer.Exit(1) from None
+    except (CliError, BranchcError) as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+
+
+def main() -> None:
+    app(prog_name="branchc")
+

@@ -263,15 +263,16 @@ class _Run:
             else:
                 answer = Message(role="assistant", content=result.text)
             branch.messages.extend([prompt, answer])
-        self.emit(
-            "sample",
-            branch,
-            number=number,
-            tracked=effect.prompt is not None,
-            request=request.model_dump(mode="json", exclude_none=True),
-            result=result.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
-            tokens=used,
-        )
+        if self.on_event is not None:
+            self.emit(
+                "sample",
+                branch,
+                number=number,
+                tracked=effect.prompt is not None,
+                request=request.model_dump(mode="json", exclude_none=True),
+                result=result.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
+                tokens=used,
+            )
         return result
 
     async def _elicit(self, effect: Elicit, branch: BranchState) -> ElicitResult:
@@ -281,7 +282,8 @@ class _Run:
             key=effect.key, message=effect.message, requested_schema=effect.schema.model_json_schema()
         )
         answer = _elicit_answer(await self.client.elicit(request), effect.key, seq)
-        self.emit("elicit", branch, seq=seq, request=request.model_dump(mode="json"), answer=answer.model_dump(mode="json"))
+        if self.on_event is not None:
+            self.emit("elicit", branch, seq=seq, request=request.model_dump(mode="json"), answer=answer.model_dump(mode="json"))
         if answer.action != "accept":
             return ElicitResult(action=answer.action)
         try:

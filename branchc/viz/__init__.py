@@ -1,0 +1,5 @@
+"""Pictures of runs and split graphs."""
+
+from .timeline import TimelinePrinter
+
+__all__ = ["TimelinePrinter"]
