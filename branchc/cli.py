@@ -103,12 +103,16 @@ def _phase_location(error: ToolPhaseError) -> str:
 @app.command()
 def run(
     file: Annotated[Path, typer.Argument(help="A Python file that defines the tool.")],
-    tool_name: Annotated[str | None, typer.Argument(metavar="TOOL", help="The tool's name (optional if only one).")] = None,
+    tool_name: Annotated[
+        str | None, typer.Argument(metavar="TOOL", help="The tool's name (optional if only one).")
+    ] = None,
     params: Annotated[str, typer.Option("--params", "-p", help="The tool's arguments as JSON.")] = "{}",
     responses: Annotated[
         Path | None, typer.Option("--responses", "-r", help="YAML file of scripted sample and elicit answers.")
     ] = None,
-    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Answer each sample and elicit yourself.")] = False,
+    interactive: Annotated[
+        bool, typer.Option("--interactive", "-i", help="Answer each sample and elicit yourself.")
+    ] = False,
     call_id: Annotated[str, typer.Option(help="The tool call id (elicit exchanges use it).")] = "1",
     max_depth: Annotated[int | None, typer.Option(help="Runtime policy: deepest branch nesting.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Runtime policy: token budget.")] = None,
@@ -127,9 +131,7 @@ def run(
         client = ConsoleClient(err) if interactive else _load_responses(responses)
         limits = Limits(max_depth=max_depth, max_tokens=max_tokens, timeout=timeout)
         printer = None if quiet else TimelinePrinter(err)
-        result = anyio.run(
-            lambda: run_tool(tool, arguments, client, limits=limits, call_id=call_id, on_event=printer)
-        )
+        result = anyio.run(lambda: run_tool(tool, arguments, client, limits=limits, call_id=call_id, on_event=printer))
     except ToolPhaseError as error:
         place = _phase_location(error)
         err.print(f"[red bold]error:[/] {escape(str(error))}")
@@ -144,4 +146,3 @@ def run(
 
 def main() -> None:
     app(prog_name="branchc")
-

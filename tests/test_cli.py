@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TOOL_SOURCE = '''
+TOOL_SOURCE = """
 from pydantic import BaseModel, Field
 from branchc import Context, resumable, tool
 
@@ -49,7 +49,7 @@ def client(handoff, ctx: Context):
     if not pick.accepted:
         return {"analysis": analysis, "pick": None}
     return {"analysis": analysis, "pick": pick.content.number, "note": pick.content.note}
-'''
+"""
 
 RESPONSES = """
 sample:

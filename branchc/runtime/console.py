@@ -63,7 +63,7 @@ class ConsoleClient:
         if earlier:
             print_(f"  [dim]… {earlier} earlier message(s)[/]")
         print_(f"  {escape(request.last_text)}")
-        return SampleResult(text=self._ask("model ›", "a sample"), model="human")
+        return SampleResult(text=self._ask("model >", "a sample"), model="human")
 
     def _elicit(self, request: ElicitRequest) -> dict[str, Any]:
         self.console.print(f"[yellow bold]{escape(request.key)}[/]: {escape(request.message)}")
@@ -96,7 +96,7 @@ class ConsoleClient:
             hints.append(f"default {prop['default']!r}")
         elif not required:
             hints.append("optional")
-        label = f"  {prop.get('title', name)} [dim]({', '.join(hints)})[/] ›"
+        label = f"  {prop.get('title', name)} [dim]({', '.join(hints)})[/] >"
         while True:
             raw = self._ask(label, what)
             if raw == "" and not required:

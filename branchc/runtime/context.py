@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import inspect
+import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from .effects import LOG_LEVELS, All, Branch, Elicit, Log, Notify, Sample
 from .errors import format_validation_errors
+from .jsondata import check_json_data
+from .limits import Limits
 from .messages import ModelPreferences, ToolSpec, parse_messages
 
 __all__ = ["BranchState", "Context", "TokenAccount"]
@@ -61,7 +66,7 @@ class BranchState:
 class Context:
     """Made by the runtime, one per branch. Its methods return effects to yield:
 
-        result = yield ctx.sample(prompt="...")
+    result = yield ctx.sample(prompt="...")
     """
 
     __slots__ = ("_branch",)
@@ -113,6 +118,16 @@ class Context:
             raise TypeError(f"ctx.sample(prompt=...) must be a str, not {type(prompt).__name__}")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise ValueError(f"ctx.sample(max_tokens={max_tokens!r}): give a positive int")
+        if messages is not None and not messages:
+            raise ValueError("ctx.sample(messages=[]): give at least one message")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise TypeError(f"ctx.sample(system_prompt=...) must be a str, not {type(system_prompt).__name__}")
+        if temperature is not None and not _is_finite_number(temperature):
+            raise TypeError(f"ctx.sample(temperature={temperature!r}): give a number")
+        if isinstance(stop_sequences, str):
+            raise TypeError(
+                f"ctx.sample(stop_sequences={stop_sequences!r}): give a list of str, like [{stop_sequences!r}]"
+            )
         if tool_choice not in (None, "auto", "required", "none"):
             raise ValueError(f"ctx.sample(tool_choice={tool_choice!r}): use 'auto', 'required' or 'none'")
         try:
@@ -141,7 +156,9 @@ class Context:
             raise ValueError(f"ctx.elicit(key={key!r}): the key must be an identifier, like 'pick_move'")
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
             raise TypeError(f"ctx.elicit({key!r}, schema=...) must be a pydantic model class, not {schema!r}")
-        return Elicit(key=key, message=str(message), schema=schema, context=context)
+        # The exchange keeps what the user was shown: a JSON copy, taken now.
+        check_json_data(context, f"ctx.elicit({key!r}, context=...)", "pass JSON data (convert values first)")
+        return Elicit(key=key, message=str(message), schema=schema, context=json.loads(json.dumps(context)))
 
     def log(self, level: str, message: str) -> Log:
         if level not in LOG_LEVELS:
@@ -149,6 +166,9 @@ class Context:
         return Log(level=level, message=str(message))
 
     def notify(self, message: str, *, progress: float | None = None, total: float | None = None) -> Notify:
+        for name, value in (("progress", progress), ("total", total)):
+            if value is not None and not _is_finite_number(value):
+                raise TypeError(f"ctx.notify({name}={value!r}): give a finite number")
         return Notify(message=str(message), progress=progress, total=total)
 
     def branch(
@@ -163,11 +183,16 @@ class Context:
         **kwargs: Any,
     ) -> Branch:
         """Run `fn(sub_ctx, *args, **kwargs)` as a sub-branch; yields its return value."""
+        name = getattr(fn, "__qualname__", repr(fn))
         if not getattr(fn, "__branchc_resumable__", False):
             raise TypeError(
-                f"ctx.branch({getattr(fn, '__qualname__', fn)!r}): the function must be a generator "
-                f"marked @resumable; add @resumable above its def"
+                f"ctx.branch({name}): the function must be a generator marked @resumable; add @resumable above its def"
             )
+        try:
+            Limits(max_depth=max_depth, max_tokens=max_tokens, timeout=timeout)
+        except ValidationError as error:
+            lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
+            raise ValueError(f"ctx.branch({name}): bad limit:\n{lines}") from None
         return Branch(
             fn=fn,
             args=args,
@@ -189,6 +214,10 @@ class Context:
                     f"pass effects such as ctx.branch(fn)"
                 )
         return All(effects=effects)
+
+
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_generator_function(fn: Any) -> bool:

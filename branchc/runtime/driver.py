@@ -11,7 +11,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from typing import Any, Callable
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -27,7 +29,9 @@ from .errors import (
     ClientAnswerError,
     EffectTypeError,
     ElicitValidationError,
+    JsonDataError,
     MissingCapabilityError,
+    ToolDefinitionError,
     ToolPhaseError,
     format_validation_errors,
 )
@@ -60,7 +64,9 @@ async def run_tool(
     `on_event` receives a JSON-ready dict for each step (the timeline and traces).
     """
     if tool.client_fn is None:
-        raise MissingCapabilityError(f"tool {tool.name!r} has no client phase; decorate a generator with @{tool.name}.client")
+        raise ToolDefinitionError(
+            f"tool {tool.name!r} has no client phase; decorate a generator with @{tool.name}.client"
+        )
     model = tool.validate_params(params)
     if missing := tool.requires - frozenset(getattr(client, "capabilities", ())):
         raise MissingCapabilityError(
@@ -81,10 +87,14 @@ class _Run:
         self.elicits = 0
 
     def emit(self, event: str, branch: BranchState | None = None, **data: Any) -> None:
+        """Tell the observer; an observer that fails is reported, never fatal to the run."""
         if self.on_event is not None:
             if branch is not None:
                 data = {"branch": branch.id, "depth": branch.depth, **data}
-            self.on_event({"event": event, **data})
+            try:
+                self.on_event({"event": event, **data})
+            except Exception as error:
+                warnings.warn(f"on_event failed on a {event!r} event: {error!r}", RuntimeWarning, stacklevel=2)
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -159,7 +169,8 @@ class _Run:
     async def _halt(self, generator: Any, branch: BranchState) -> None:
         """Cancel a generator at its yield: GeneratorExit runs its finally blocks.
 
-        A finally may still log and notify; any other effect gets GeneratorExit again.
+        A finally may still log and notify; any other effect ends the halt with
+        RuntimeError, as CPython's close() does for a generator that ignores GeneratorExit.
         """
         self.emit("halt", branch)
         with anyio.CancelScope(shield=True):
@@ -170,10 +181,12 @@ class _Run:
                     effect = generator.send(value) if error is None else generator.throw(error)
                 except (StopIteration, GeneratorExit):
                     return
-                value, error = None, GeneratorExit()
-                if isinstance(effect, CLEANUP_EFFECTS):
-                    await self._leaf(effect, branch)
-                    error = None
+                if not isinstance(effect, CLEANUP_EFFECTS):
+                    raise RuntimeError(
+                        f"{branch.name} ignored GeneratorExit: while being halted it yielded "
+                        f"{type(effect).__name__}; a finally block may only log and notify during a halt"
+                    )
+                value, error = await self._leaf(effect, branch), None
 
     def _not_an_effect(self, generator: Any, branch: BranchState, value: Any) -> EffectTypeError:
         frame = getattr(generator, "gi_frame", None)
@@ -197,7 +210,7 @@ class _Run:
             return await self._leaf(effect, branch)
         if branch.timed_out or anyio.current_time() >= branch.deadline:
             raise self._timeout(branch)
-        with anyio.CancelScope(deadline=branch.deadline) as scope:
+        with anyio.CancelScope(deadline=branch.deadline):
             return await self._leaf(effect, branch)
         raise self._timeout(branch)  # reached only when the deadline cancelled the scope
 
@@ -228,8 +241,7 @@ class _Run:
         else:
             messages = list(effect.messages)
         system_prompt = effect.system_prompt if effect.system_prompt is not None else branch.system_prompt
-        prompt_tokens = sum(estimate_tokens(_message_text(m)) for m in messages)
-        prompt_tokens += estimate_tokens(system_prompt or "")
+        prompt_tokens = estimate_tokens("".join(map(_message_text, messages)) + (system_prompt or ""))
         max_tokens = effect.max_tokens
         remaining = branch.tokens.remaining()
         if remaining is not None:
@@ -249,14 +261,21 @@ class _Run:
             tools=None if effect.tools is None else list(effect.tools),
             tool_choice=effect.tool_choice,
         )
-        result = _sample_result(await self.client.sample(request), number)
+        # Reserve the most this sample may cost, so concurrent samples cannot overspend; settle after.
+        reserved = prompt_tokens + max_tokens
+        branch.tokens.charge(reserved)
+        try:
+            result = _sample_result(await self.client.sample(request), number)
+        except BaseException:
+            branch.tokens.charge(-reserved)
+            raise
         used = result.input_tokens if result.input_tokens is not None else prompt_tokens
         used += (
             result.output_tokens
             if result.output_tokens is not None
             else estimate_tokens(result.text + "".join(json.dumps(c.function.arguments) for c in result.tool_calls))
         )
-        branch.tokens.charge(used)
+        branch.tokens.charge(used - reserved)
         if effect.prompt is not None:
             if result.tool_calls:
                 answer: Any = AssistantToolCallMessage(content=result.text or None, tool_calls=result.tool_calls)
@@ -283,7 +302,13 @@ class _Run:
         )
         answer = _elicit_answer(await self.client.elicit(request), effect.key, seq)
         if self.on_event is not None:
-            self.emit("elicit", branch, seq=seq, request=request.model_dump(mode="json"), answer=answer.model_dump(mode="json"))
+            self.emit(
+                "elicit",
+                branch,
+                seq=seq,
+                request=request.model_dump(mode="json"),
+                answer=answer.model_dump(mode="json"),
+            )
         if answer.action != "accept":
             return ElicitResult(action=answer.action)
         try:
@@ -294,7 +319,7 @@ class _Run:
             key=effect.key,
             tool_call_id=elicit_call_id(self.call_id, seq),
             context=effect.context,
-            content=content.model_dump(mode="json"),
+            content=content.model_dump(mode="json", by_alias=True),
         )
         return ElicitResult(action="accept", content=content, exchange=exchange)
 
@@ -328,6 +353,9 @@ class _Run:
         try:
             generator = effect.fn(Context(child), *effect.args, **effect.kwargs)
             result = await self._drive(generator, child)
+        except anyio.get_cancelled_exc_class():
+            self.emit("branch_end", child, error="halted")
+            raise
         except Exception as error:
             self.emit("branch_end", child, error=f"{type(error).__name__}: {error}")
             raise
@@ -377,20 +405,29 @@ def _jsonable(value: Any) -> Any:
 
 
 def _sample_result(answer: Any, number: int) -> SampleResult:
-    if isinstance(answer, SampleResult):
-        return answer
     if isinstance(answer, str):
         return SampleResult(text=answer)
     if isinstance(answer, dict):
         try:
-            return SampleResult.model_validate(answer)
+            answer = SampleResult.model_validate(answer)
         except ValidationError as error:
             lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
             raise ClientAnswerError(f"sample #{number}: the client's answer is not a SampleResult:\n{lines}") from None
-    raise ClientAnswerError(
-        f"sample #{number}: the client answered with a {type(answer).__name__}; "
-        f"expected a SampleResult, a dict of its fields, or the text as a str"
-    )
+    if not isinstance(answer, SampleResult):
+        raise ClientAnswerError(
+            f"sample #{number}: the client answered with a {type(answer).__name__}; "
+            f"expected a SampleResult, a dict of its fields, or the text as a str"
+        )
+    for index, call in enumerate(answer.tool_calls):
+        _client_json(call.function.arguments, f"sample #{number}: tool_calls[{index}].function.arguments")
+    return answer
+
+
+def _client_json(value: Any, where: str) -> None:
+    try:
+        check_json_data(value, where, "the client must answer with JSON data")
+    except JsonDataError as error:
+        raise ClientAnswerError(str(error)) from None
 
 
 def _elicit_answer(answer: Any, key: str, seq: int) -> ElicitAnswer:
@@ -410,5 +447,5 @@ def _elicit_answer(answer: Any, key: str, seq: int) -> ElicitAnswer:
         )
     if parsed.action == "accept" and parsed.content is None:
         raise ClientAnswerError(f"{where}: an accepted elicitation needs content (a dict of the form's fields)")
+    _client_json(parsed.content, f"{where}: content")
     return parsed
-

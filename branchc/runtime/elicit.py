@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -46,9 +47,7 @@ class ElicitExchange(BaseModel):
     def messages(self) -> list[AssistantToolCallMessage | ToolResultMessage]:
         return [self.request, self.response]
 
-    def with_arguments(
-        self, fn: Callable[[Any], dict[str, Any]]
-    ) -> list[AssistantToolCallMessage | ToolResultMessage]:
+    def with_arguments(self, fn: Callable[[Any], dict[str, Any]]) -> list[AssistantToolCallMessage | ToolResultMessage]:
         arguments = fn(self.context)
         if not isinstance(arguments, dict):
             raise TypeError(

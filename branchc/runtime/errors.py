@@ -63,8 +63,7 @@ class ElicitValidationError(BranchcError, ValueError):
         self.errors = errors
         self.content = content
         super().__init__(
-            f"elicit {key!r}: the accepted content does not match the schema:\n"
-            + "\n".join(f"  {e}" for e in errors)
+            f"elicit {key!r}: the accepted content does not match the schema:\n" + "\n".join(f"  {e}" for e in errors)
         )
 
 

@@ -16,7 +16,10 @@ def check_json_data(value: Any, where: str, fix: str) -> None:
     JSON data is None, bool, int, finite float, str, list and dict with str keys;
     a tuple would come back as a list after a round trip, so it is refused too.
     """
-    _check(value, where, fix, set())
+    try:
+        _check(value, where, fix, set())
+    except RecursionError:
+        raise JsonDataError(f"{where}: nested too deeply to check (or to encode as JSON); {fix}") from None
 
 
 def _check(item: Any, path: str, fix: str, ancestors: set[int]) -> None:
@@ -38,8 +41,6 @@ def _check(item: Any, path: str, fix: str, ancestors: set[int]) -> None:
     else:
         for key, child in item.items():
             if not isinstance(key, str):
-                raise JsonDataError(
-                    f"{path}: key {key!r} is a {type(key).__name__}; JSON object keys are str; {fix}"
-                )
+                raise JsonDataError(f"{path}: key {key!r} is a {type(key).__name__}; JSON object keys are str; {fix}")
             _check(child, f"{path}[{key!r}]", fix, ancestors)
     ancestors.discard(id(item))

@@ -17,7 +17,7 @@ class Limits(BaseModel):
     - `timeout`: seconds a branch (or the whole client phase) may run.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     max_depth: int | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)

@@ -7,7 +7,7 @@ accepts any of the three, from models or from plain dicts.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
@@ -73,11 +73,9 @@ def _message_kind(value: Any) -> str:
 
 
 ExtendedMessage = Annotated[
-    Union[
-        Annotated[Message, Tag("text")],
-        Annotated[AssistantToolCallMessage, Tag("tool_calls")],
-        Annotated[ToolResultMessage, Tag("tool_result")],
-    ],
+    Annotated[Message, Tag("text")]
+    | Annotated[AssistantToolCallMessage, Tag("tool_calls")]
+    | Annotated[ToolResultMessage, Tag("tool_result")],
     Discriminator(_message_kind),
 ]
 

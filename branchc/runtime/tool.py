@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,16 +18,20 @@ CAPABILITIES = frozenset({"sampling", "elicitation"})
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _where(fn: Callable[..., Any]) -> str:
+def _where(fn: Any) -> str:
     code = getattr(fn, "__code__", None)
-    return f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else "not a function"
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def resumable(fn: F) -> F:
     """Mark a generator function as portable: the splitter compiles it, `ctx.branch` runs it."""
     if not is_generator_function(fn):
         raise ToolDefinitionError(
-            f"@resumable applies to generator functions, and {fn.__qualname__} ({_where(fn)}) has no "
+            f"@resumable applies to generator functions, and {_name(fn)} ({_where(fn)}) has no "
             f"yield; make it yield effects, or drop @resumable"
         )
     fn.__branchc_resumable__ = True  # type: ignore[attr-defined]
@@ -84,10 +89,10 @@ class Tool:
         """The portable phase: a generator `client(handoff, ctx)` that yields effects."""
         if not is_generator_function(fn):
             raise ToolDefinitionError(
-                f"tool {self.name!r}: client {fn.__qualname__} ({_where(fn)}) must be a generator "
+                f"tool {self.name!r}: client {_name(fn)} ({_where(fn)}) must be a generator "
                 f"function: yield effects such as `yield ctx.sample(prompt=...)`"
             )
-        fn.__branchc_resumable__ = True  # type: ignore[attr-defined]
+        fn.__branchc_client__ = True  # type: ignore[attr-defined]  (the splitter compiles it)
         self.client_fn = self._phase("client", fn)
         return fn
 
@@ -101,7 +106,7 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: {phase} must be a function, not {fn!r}")
         if phase != "client" and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
             raise ToolDefinitionError(
-                f"tool {self.name!r}: {phase} {fn.__qualname__} ({_where(fn)}) is a generator; "
+                f"tool {self.name!r}: {phase} {_name(fn)} ({_where(fn)}) is a generator; "
                 f"{phase} runs on the server and returns its value: use return, not yield"
             )
         if getattr(self, f"{phase}_fn") is not None:

@@ -74,7 +74,9 @@ class TimelinePrinter:
         messages = e["request"]["messages"]
         last = messages[-1].get("content") if messages else ""
         mode = "" if e["tracked"] else f" [dim]({len(messages)} messages)[/]"
-        self._line(e["depth"], f"[blue]sample #{e['number']}[/]{mode} {escape(_short(last or '', self.width))}", e["branch"])
+        self._line(
+            e["depth"], f"[blue]sample #{e['number']}[/]{mode} {escape(_short(last or '', self.width))}", e["branch"]
+        )
         result = e["result"]
         answer = result.get("text", "")
         if result.get("tool_calls"):
