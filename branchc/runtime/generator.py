@@ -1,0 +1,323 @@
+"""What compiled modules import as `_bc_rt`: the generator object, snapshots and resume.
+
+A compiled function's body is a native generator that can be re-entered at any
+label (see branchc.splitter.lower). `ResumableGenerator` wraps it: stepping is the
+native generator's own `send` / `throw` / `close` (bound once, no extra frame), and
+`snapshot()` reads the suspended frame's label and locals and encodes them as JSON.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import sys
+import types
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+from .errors import BranchcError
+
+__all__ = [
+    "FunctionMeta",
+    "ResumableGenerator",
+    "SnapshotError",
+    "compiled",
+    "rejoin",
+    "resume",
+    "resume_iter",
+    "yf_iter",
+    "yf_native",
+]
+
+SNAPSHOT_VERSION = 1
+
+
+class SnapshotError(BranchcError, ValueError):
+    """A snapshot that cannot be resumed here (wrong code, unknown function, bad data)."""
+
+
+@dataclass
+class FunctionMeta:
+    module: str
+    qualname: str
+    hash: str
+    kind: str
+    sites: dict[int, tuple[int, int, bool]]
+    handler_vars: dict[int, str]
+    pending_vars: dict[int, list[str]]
+    body_code: types.CodeType
+    filename: str
+    globals: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+
+_BY_CODE: dict[types.CodeType, FunctionMeta] = {}
+_BY_REF: dict[str, FunctionMeta] = {}
+
+
+def compiled(table: dict[str, dict], qualname: str):
+    """Decorator the splitter puts on each compiled function: registers its metadata."""
+
+    def register(fn: types.FunctionType) -> types.FunctionType:
+        info = table[qualname]
+        body = next(c for c in fn.__code__.co_consts if isinstance(c, types.CodeType) and c.co_name == "_bc_body")
+        meta = FunctionMeta(
+            module=fn.__module__,
+            qualname=qualname,
+            hash=info["hash"],
+            kind=info["kind"],
+            sites=info["sites"],
+            handler_vars=info["handler_vars"],
+            pending_vars=info["pending_vars"],
+            body_code=body,
+            filename=fn.__code__.co_filename,
+            globals=fn.__globals__,
+        )
+        _BY_CODE[body] = meta
+        _BY_REF.setdefault(meta.ref, meta)
+        fn.__branchc_compiled__ = True  # type: ignore[attr-defined]
+        fn.__branchc_meta__ = meta  # type: ignore[attr-defined]
+        return fn
+
+    return register
+
+
+class ResumableGenerator:
+    """A compiled generator: the full generator protocol, plus `snapshot()`."""
+
+    __slots__ = ("__weakref__", "_body", "_gen", "close", "send", "throw")
+
+    def __init__(self, gen: types.GeneratorType, body: types.FunctionType) -> None:
+        self._gen = gen
+        self._body = body
+        self.send = gen.send
+        self.throw = gen.throw
+        self.close = gen.close
+
+    def __iter__(self) -> ResumableGenerator:
+        return self
+
+    # A property: CPython binds it and calls the native __next__ directly, no Python frame.
+    __next__ = property(attrgetter("_gen.__next__"))
+
+    def __repr__(self) -> str:
+        return f"<compiled generator {self._gen.__qualname__.removesuffix('.<locals>._bc_body')}>"
+
+    gi_frame = property(attrgetter("_gen.gi_frame"))
+    gi_running = property(attrgetter("_gen.gi_running"))
+    gi_code = property(attrgetter("_gen.gi_code"))
+    gi_suspended = property(attrgetter("_gen.gi_suspended"))
+    gi_yieldfrom = property(attrgetter("_gen.gi_yieldfrom"))
+
+    @property
+    def meta(self) -> FunctionMeta:
+        return _BY_CODE[self._gen.gi_code]
+
+    @property
+    def source_location(self) -> str:
+        """file:line of the yield this generator waits at (for error messages)."""
+        frame = self._gen.gi_frame
+        if frame is None:
+            return "a finished generator"
+        label = frame.f_locals.get("_bc_label")
+        site = self.meta.sites.get(label) if label else None
+        return f"{self.meta.filename}:{site[0] if site else frame.f_lineno}"
+
+    def state(self) -> tuple[str, int, dict[str, Any]]:
+        """(state, label, live locals): the raw continuation, before encoding."""
+        gen = self._gen
+        if gen.gi_running:
+            raise ValueError("generator already executing")
+        frame = gen.gi_frame
+        if frame is None:
+            return "done", 0, {}
+        local_values = frame.f_locals
+        if inspect.getgeneratorstate(gen) == inspect.GEN_CREATED:
+            return "created", 0, {k: v for k, v in local_values.items() if not k.startswith("_bc_R")}
+        label = local_values["_bc_label"]
+        values = {k: v for k, v in local_values.items() if k not in _FRAME_INTERNALS}
+        return "suspended", label, values
+
+    def free_values(self) -> dict[str, Any]:
+        """The values of the body's closure (a nested @resumable closes over its enclosing function)."""
+        names = self._body.__code__.co_freevars
+        cells = self._body.__closure__ or ()
+        return {n: c.cell_contents for n, c in zip(names, cells, strict=True) if _cell_bound(c)}
+
+
+_FRAME_INTERNALS = frozenset({"_bc_T", "_bc_R", "_bc_L", "_bc_label"})
+
+
+def _cell_bound(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+# -- helpers the compiled code calls ----------------------------------------------------------
+
+
+def yf_iter(value: Any) -> Any:
+    """What `yield from value` iterates: generators and coroutines as they are, others via iter()."""
+    if isinstance(value, (types.GeneratorType, types.CoroutineType, ResumableGenerator)):
+        return value
+    return iter(value)
+
+
+def yf_native(value: Any) -> Any:
+    """Delegate to the native generator inside a compiled one: CPython's fast path."""
+    return value._gen if type(value) is ResumableGenerator else value
+
+
+def resume_iter(iterator: Any, into_body: bool) -> Any:
+    """The loop source when resuming: one dummy step re-enters the body without consuming an item."""
+    return itertools.chain((None,), iterator) if into_body else iterator
+
+
+class _Rejoin:
+    """Re-enters a `yield from` that was in progress: the first step only suspends (the resume
+    priming); later steps go to the sub-iterator exactly as CPython's delegation does."""
+
+    __slots__ = ("primed", "sub")
+
+    def __init__(self, sub: Any) -> None:
+        self.sub = yf_native(sub)
+        self.primed = False
+
+    def __iter__(self) -> _Rejoin:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def send(self, value: Any) -> Any:
+        if not self.primed:
+            self.primed = True
+            return None
+        if value is None or not hasattr(self.sub, "send"):
+            return next(self.sub)
+        return self.sub.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        throw = getattr(self.sub, "throw", None)
+        if throw is None:
+            error = args[0] if len(args) == 1 else (args[1] if args[1] is not None else args[0]())
+            raise error
+        return throw(*args)
+
+    def close(self) -> None:
+        close = getattr(self.sub, "close", None)
+        if close is not None:
+            close()
+
+
+def rejoin(sub: Any, _reset: int) -> _Rejoin:
+    return _Rejoin(sub)
+
+
+# -- resuming --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Resume:
+    """What the body's prologue reads: the label to reach and the values to restore."""
+
+    label: int
+    values: dict[str, Any]
+
+
+def lookup(ref: str, code_hash: str, allowed_modules: frozenset[str] | None = None) -> FunctionMeta:
+    """The compiled function named `module:qualname`, importing its module only if allowed."""
+    if not isinstance(ref, str) or ref.count(":") != 1:
+        raise SnapshotError(f"fn: {ref!r} is not 'module:qualname'")
+    meta = _BY_REF.get(ref)
+    module_name = ref.split(":")[0]
+    if meta is None and module_name not in sys.modules:
+        if allowed_modules is None or module_name not in allowed_modules:
+            raise SnapshotError(
+                f"fn: {ref} is not loaded, and module {module_name!r} is not in the allowed modules; "
+                f"import the compiled module first, or pass allowed_modules"
+            )
+        importlib.import_module(module_name)
+        meta = _BY_REF.get(ref)
+    if meta is None:
+        meta = _find_nested(ref)
+    if meta is None:
+        raise SnapshotError(f"fn: {ref} is not a compiled function in this process")
+    if meta.hash != code_hash:
+        raise SnapshotError(
+            f"{ref}: the snapshot was taken from different compiled code (hash {code_hash}, here {meta.hash}); "
+            f"resume it with the build that made it"
+        )
+    return meta
+
+
+def _find_nested(ref: str) -> FunctionMeta | None:
+    """Nested compiled functions register when their enclosing function runs; find them by code."""
+    module_name, qualname = ref.split(":")
+    module = sys.modules.get(module_name)
+    table = getattr(module, "_bc_META", None)
+    if not table or qualname not in table:
+        return None
+    target = f"{qualname}.<locals>._bc_body"
+    stack = [c for c in vars(module).values() if isinstance(c, types.FunctionType)]
+    stack += [
+        m
+        for c in vars(module).values()
+        if isinstance(c, type)
+        for m in vars(c).values()
+        if isinstance(m, types.FunctionType)
+    ]
+    codes = [f.__code__ for f in stack]
+    while codes:
+        code = codes.pop()
+        if code.co_qualname == target:
+            info = table[qualname]
+            meta = FunctionMeta(
+                module=module_name,
+                qualname=qualname,
+                hash=info["hash"],
+                kind=info["kind"],
+                sites=info["sites"],
+                handler_vars=info["handler_vars"],
+                pending_vars=info["pending_vars"],
+                body_code=code,
+                filename=code.co_filename,
+                globals=vars(module),
+            )
+            _BY_CODE[code] = meta
+            _BY_REF[ref] = meta
+            return meta
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return None
+
+
+def make_generator(
+    meta: FunctionMeta, state: str, label: int, values: dict[str, Any], free: dict[str, Any]
+) -> ResumableGenerator:
+    """Rebuild a compiled generator from its raw continuation (no encoding involved)."""
+    code = meta.body_code
+    closure = tuple(types.CellType(free[n]) if n in free else types.CellType() for n in code.co_freevars)
+    body = types.FunctionType(code, meta.globals, code.co_name, None, closure or None)
+    nargs = code.co_argcount - 1
+    gen = body(*([None] * nargs), _Resume(label if state == "suspended" else 0, values))
+    wrapper = ResumableGenerator(gen, body)
+    if state == "suspended":
+        gen.send(None)  # runs the prologue and stops at the label: suspended exactly as snapshotted
+    elif state == "done":
+        gen.close()
+    return wrapper
+
+
+def resume(data: dict[str, Any], *, context: Any = None, allowed_modules: frozenset[str] | None = None):
+    """Continue a snapshot; see snapshot.py for the encoded form."""
+    from .snapshot import resume as _resume
+
+    return _resume(data, context=context, allowed_modules=allowed_modules)

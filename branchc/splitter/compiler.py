@@ -1,0 +1,381 @@
+"""The splitter's driver: find the functions to compile in a module and rewrite each one.
+
+A compiled function keeps its name, signature and decorators; its body becomes a
+nested generator `_bc_body` (normalised, then split at every yield), and calling it
+returns a `ResumableGenerator` around that body. The rest of the module is kept as
+written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import symtable
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .cst import PREFIX, block, contains_yield, simple
+from .diagnostics import CompileError, Diagnostic, Reporter
+from .lower import Lowerer
+from .normalize import Normalizer
+
+__all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
+
+COMPILER_VERSION = "1"
+_BRANCHC_MODULES = {"branchc", "branchc.runtime", "branchc.runtime.tool"}
+_INTERNAL = {"_bc_T", "_bc_R", "_bc_L", "_bc_label", "_bc_x"}
+
+
+@dataclass
+class CompiledFunction:
+    qualname: str
+    kind: str  # "resumable" or "client"
+    line: int
+    hash: str
+    sites: list[dict] = field(default_factory=list)
+    restorable: list[str] = field(default_factory=list)
+    handler_vars: dict[int, str] = field(default_factory=dict)
+    pending_vars: dict[int, list[str]] = field(default_factory=dict)
+
+    def manifest(self) -> dict:
+        return {
+            "qualname": self.qualname,
+            "kind": self.kind,
+            "line": self.line,
+            "hash": self.hash,
+            "sites": self.sites,
+            "locals": self.restorable,
+        }
+
+
+@dataclass
+class CompiledModule:
+    path: str
+    code: str
+    functions: list[CompiledFunction]
+    diagnostics: list[Diagnostic]
+
+
+def compile_module(source: str, path: str = "<string>") -> CompiledModule:
+    """Compile one module's source; raises CompileError listing every error."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        diagnostic = Diagnostic(path, error.raw_line, error.raw_column + 1, "error", f"syntax error: {error.message}")
+        raise CompileError([diagnostic]) from None
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    reporter = Reporter(path, positions)
+    finder = _Targets()
+    module.visit(finder)
+    splitter = _Splitter(finder, reporter, module)
+    new_module = module.visit(splitter)
+    if reporter.errors:
+        raise CompileError(reporter.diagnostics)
+    if not splitter.functions:
+        return CompiledModule(path, source, [], reporter.diagnostics)
+    new_module = _insert_header(new_module, splitter.functions)
+    code = new_module.code
+    _fill_restorable(code, path, splitter.functions)
+    code = _add_prologues(code, splitter.functions)
+    return CompiledModule(path, code, splitter.functions, reporter.diagnostics)
+
+
+class _Targets(cst.CSTVisitor):
+    """Names that refer to branchc's `resumable` and `tool`, and variables holding tools."""
+
+    def __init__(self) -> None:
+        self.resumable: set[str] = set()
+        self.tool: set[str] = set()
+        self.modules: set[str] = set()  # names bound to the branchc package
+        self.tools: set[str] = set()
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = cst.helpers.get_full_name_for_node(node.module)
+        if module not in _BRANCHC_MODULES:
+            return
+        for alias in node.names:
+            imported = alias.name.value
+            bound = alias.asname.name.value if alias.asname else imported
+            if imported == "resumable":
+                self.resumable.add(bound)
+            elif imported == "tool":
+                self.tool.add(bound)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            if cst.helpers.get_full_name_for_node(alias.name) == "branchc":
+                self.modules.add(alias.asname.name.value if alias.asname else "branchc")
+
+    def is_tool_factory(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Name):
+            return node.value in self.tool
+        return (
+            isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value in self.modules
+            and node.attr.value == "tool"
+        )
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and self.is_tool_factory(node.value.func):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self.tools.add(target.target.value)
+
+    def kind(self, decorator: cst.Decorator) -> str | None:
+        dec = decorator.decorator
+        if isinstance(dec, cst.Name) and dec.value in self.resumable:
+            return "resumable"
+        if isinstance(dec, cst.Attribute) and isinstance(dec.value, cst.Name):
+            if dec.value.value in self.modules and dec.attr.value == "resumable":
+                return "resumable"
+            if dec.value.value in self.tools and dec.attr.value == "client":
+                return "client"
+        return None
+
+
+def _flat_params(params: cst.Parameters) -> list[str]:
+    names = [p.name.value for p in (*params.posonly_params, *params.params)]
+    if isinstance(params.star_arg, cst.Param):
+        names.append(params.star_arg.name.value)
+    names += [p.name.value for p in params.kwonly_params]
+    if params.star_kwarg is not None:
+        names.append(params.star_kwarg.name.value)
+    return names
+
+
+class _Splitter(cst.CSTTransformer):
+    def __init__(self, targets: _Targets, reporter: Reporter, module: cst.Module) -> None:
+        self.targets = targets
+        self.reporter = reporter
+        self.module = module
+        self.scopes: list[tuple[str, str]] = []  # (name, "function" | "class")
+        self.functions: list[CompiledFunction] = []
+
+    def qualname(self, name: str) -> str:
+        parts: list[str] = []
+        for scope_name, kind in self.scopes:
+            parts.append(scope_name)
+            if kind == "function":
+                parts.append("<locals>")
+        return ".".join([*parts, name])
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append((node.name.value, "class"))
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self.scopes.pop()
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append((node.name.value, "function"))
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self.scopes.pop()
+        kinds = [k for k in map(self.targets.kind, original.decorators) if k]
+        if not kinds:
+            return updated
+        return self.compile_function(original, updated, kinds[0])
+
+    def compile_function(self, original: cst.FunctionDef, node: cst.FunctionDef, kind: str) -> cst.FunctionDef:
+        reporter = self.reporter
+        qualname = self.qualname(node.name.value)
+        if original.asynchronous is not None:
+            reporter.error(original, f"{qualname} is async; branchc compiles generator functions",
+                           "write it as a plain `def` that yields effects")
+            return node
+        statements = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else [node.body]
+        docstring: list[cst.BaseStatement] = []
+        if statements and _is_docstring(statements[0]):
+            docstring, statements = statements[:1], statements[1:]
+        if not contains_yield(statements):
+            reporter.error(original, f"{qualname} has no yield, so it is not a generator",
+                           "make it yield effects (`yield ctx.sample(...)`), or drop the decorator")
+            return node
+        declarations, statements = _hoist_declarations(statements)
+
+        normalizer = Normalizer()
+        same = _parallel(original, node)  # the transformer rebuilt `node`: map its parts back for positions
+        normalizer.origin.update({new: old for new, old in same.items() if isinstance(new, cst.Yield)})
+        normalized = normalizer.body(statements)
+        for bad, message, hint in normalizer.unsupported:
+            where = same.get(bad, bad)
+            reporter.error(where if where in reporter.positions else original, message, hint)
+        lowerer = Lowerer(normalizer.origin)
+        lowered = lowerer.block(normalized)
+
+        line, _ = reporter.where(original)
+        digest = hashlib.sha256(
+            (COMPILER_VERSION + "\0" + qualname + "\0" + self.module.code_for_node(original)).encode()
+        ).hexdigest()[:16]
+        compiled = CompiledFunction(qualname, kind, line, digest)
+        for site in lowerer.sites:
+            site_line, column = reporter.where(site.node)
+            compiled.sites.append(
+                {"label": site.label, "line": site_line, "column": column, "delegates": site.delegates}
+            )
+        compiled.handler_vars = dict(lowerer.handler_vars)
+        compiled.pending_vars = {k: list(v) for k, v in lowerer.pending_vars.items()}
+        self.functions.append(compiled)
+
+        params = _flat_params(node.params)
+        body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*params, "_bc_R"]])
+        marker = cst.SimpleStatementLine(body=[cst.Expr(cst.SimpleString(repr(f"{PREFIX}prologue:{qualname}")))])
+        body_def = cst.FunctionDef(
+            name=cst.Name(f"{PREFIX}body"),
+            params=body_params,
+            body=block([*declarations, marker, *lowered]),
+        )
+        call_args = ", ".join([*params, "None"])
+        returned = cst.parse_statement(
+            f"return _bc_rt.ResumableGenerator({PREFIX}body({call_args}), {PREFIX}body)\n"
+        )
+        decorator = cst.Decorator(
+            decorator=cst.parse_expression(f"_bc_rt.compiled(_bc_META, {qualname!r})")
+        )
+        return node.with_changes(
+            body=block([*docstring, body_def, returned]),
+            decorators=[*node.decorators, decorator],
+        )
+
+
+def _parallel(original: cst.CSTNode, updated: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
+    """updated node -> original node, for two trees of the same shape (stops where they differ)."""
+    mapping: dict[cst.CSTNode, cst.CSTNode] = {}
+    stack = [(original, updated)]
+    while stack:
+        old, new = stack.pop()
+        if type(old) is not type(new):
+            continue
+        mapping[new] = old
+        old_children, new_children = old.children, new.children
+        if len(old_children) == len(new_children):
+            stack.extend(zip(old_children, new_children, strict=True))
+    return mapping
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _hoist_declarations(statements):
+    """`global` / `nonlocal` apply to the whole body: move them to its top."""
+    declarations: list[cst.BaseStatement] = []
+
+    class Collect(cst.CSTTransformer):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def leave_SimpleStatementLine(self, original, updated):
+            kept = []
+            for small in updated.body:
+                if isinstance(small, (cst.Global, cst.Nonlocal)):
+                    declarations.append(simple(small))
+                else:
+                    kept.append(small)
+            if len(kept) == len(updated.body):
+                return updated
+            return updated.with_changes(body=kept) if kept else cst.RemovalSentinel.REMOVE
+
+    class Find(cst.CSTVisitor):
+        found = False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_Global(self, node: cst.Global) -> None:
+            self.found = True
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            self.found = True
+
+    collector = Collect()
+    remaining = []
+    for statement in statements:
+        finder = Find()
+        statement.visit(finder)
+        new = statement.visit(collector) if finder.found else statement
+        if not isinstance(new, cst.RemovalSentinel):
+            remaining.append(new)
+    return declarations, remaining
+
+
+def _insert_header(module: cst.Module, functions: list[CompiledFunction]) -> cst.Module:
+    meta = {
+        f.qualname: {
+            "kind": f.kind,
+            "hash": f.hash,
+            "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
+            "handler_vars": f.handler_vars,
+            "pending_vars": f.pending_vars,
+        }
+        for f in functions
+    }
+    header = [
+        cst.parse_statement("import branchc.runtime.generator as _bc_rt\n"),
+        cst.parse_statement(f"_bc_META = {meta!r}\n"),
+    ]
+    body = list(module.body)
+    index = 0
+    while index < len(body) and (
+        _is_docstring(body[index])
+        or (
+            isinstance(body[index], cst.SimpleStatementLine)
+            and isinstance(body[index].body[0], cst.ImportFrom)
+            and cst.helpers.get_full_name_for_node(body[index].body[0].module) == "__future__"
+        )
+    ):
+        index += 1
+    return module.with_changes(body=[*body[:index], *header, *body[index:]])
+
+
+def _fill_restorable(code: str, path: str, functions: list[CompiledFunction]) -> None:
+    """The locals of each body, read from CPython's own symbol table."""
+    table = symtable.symtable(code, path, "exec")
+    by_qualname: dict[str, symtable.SymbolTable] = {}
+
+    def walk(scope: symtable.SymbolTable, prefix: str) -> None:
+        for child in scope.get_children():
+            if child.get_type() == "function":
+                qualname = f"{prefix}{child.get_name()}"
+                if child.get_name() == f"{PREFIX}body":
+                    by_qualname[prefix.removesuffix(".<locals>.")] = child
+                walk(child, f"{qualname}.<locals>.")
+            elif child.get_type() == "class":
+                walk(child, f"{prefix}{child.get_name()}.")
+
+    walk(table, "")
+    for function in functions:
+        body = by_qualname[function.qualname]
+        function.restorable = [n for n in body.get_locals() if n not in _INTERNAL]
+
+
+def _add_prologues(code: str, functions: list[CompiledFunction]) -> str:
+    """Replace each body's marker with the prologue that restores its saved variables."""
+    by_marker = {repr(f"{PREFIX}prologue:{f.qualname}"): f for f in functions}
+    out = []
+    for line in code.split("\n"):
+        function = by_marker.get(line.strip())
+        if function is not None:
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f"{indent}_bc_T = 0")
+            out.append(f"{indent}if _bc_R is not None:")
+            out.append(f"{indent}    _bc_T, _bc_L = _bc_R.label, _bc_R.values")
+            for variable in function.restorable:
+                out.append(f"{indent}    if {variable!r} in _bc_L: {variable} = _bc_L[{variable!r}]")
+            out.append(f"{indent}    _bc_L = None")
+        else:
+            out.append(line)
+    return "\n".join(out)

@@ -1,0 +1,419 @@
+"""Pass 2, the split: make a normalised body resumable at every yield.
+
+The body stays a native generator, so CPython keeps its own exception rules,
+`finally` semantics and generator protocol. What is added is a way back in:
+
+- Each yield gets a label k. Before it, `_bc_label = k` records where the frame waits.
+- Resuming calls the body with a resume record: the prologue restores the saved
+  variables and sets `_bc_T = k`; guards (`if not _bc_T:`) skip every statement
+  before the target, compound statements are entered only when the target lies in
+  them, and the target yield itself resets `_bc_T` to 0 and suspends: the frame is
+  then exactly where the snapshot was taken.
+- `for` loops keep their iterator in a variable, so it travels and is not re-made.
+- An `except` handler that contains a yield is re-entered by raising its exception
+  (kept in `_bc_excN`) inside the try; a `finally` that contains a yield records its
+  pending completion (an exception, or 'return' / 'break' / 'continue') in
+  `_bc_pendN`, so resuming into it restores that completion natively.
+
+In normal running `_bc_T` is 0, so each guard costs one test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .cst import YieldFinder, assign, block, expr, if_stmt, name, simple
+
+__all__ = ["Lowerer", "YieldSite", "count_yields"]
+
+T = "_bc_T"
+
+
+def count_yields(node: cst.CSTNode | list) -> int:
+    finder = YieldFinder()
+    for item in node if isinstance(node, list) else [node]:
+        item.visit(finder)
+    return len(finder.found)
+
+
+def paren(node: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(node, (cst.Name, cst.Integer, cst.SimpleString, cst.Attribute, cst.Call, cst.Subscript)):
+        return node
+    if getattr(node, "lpar", None):
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _int(value: int) -> cst.Integer:
+    return cst.Integer(str(value))
+
+
+def in_range(lo: int, hi: int) -> cst.BaseExpression:
+    if lo == hi:
+        return expr(f"{T} == {lo}")
+    return expr(f"{lo} <= {T} <= {hi}")
+
+
+@dataclass
+class YieldSite:
+    """One suspension point: its label, the original yield node, and whether it delegates."""
+
+    label: int
+    node: cst.Yield
+    delegates: bool
+
+
+@dataclass
+class _Frame:
+    kind: str  # "loop" or "fin"
+    ident: int = 0
+    crossing: set[str] = field(default_factory=set)
+
+
+class Lowerer:
+    def __init__(self, origin: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        self.origin = origin  # normalised yield -> yield in the source
+        self.label = 0
+        self.ids = 0
+        self.sites: list[YieldSite] = []
+        self.stack: list[_Frame] = []
+        self.handler_vars: dict[int, str] = {}  # label -> exception var live there
+        self.pending_vars: dict[int, list[str]] = {}  # label -> completion vars live there
+
+    def new_id(self) -> int:
+        self.ids += 1
+        return self.ids
+
+    def span(self, statements: list[cst.BaseStatement]) -> tuple[int, int]:
+        n = count_yields(statements)
+        return self.label + 1, self.label + n
+
+    # -- blocks -----------------------------------------------------------------------------
+
+    def block(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A block that contains labels: skip what precedes the resume target."""
+        counts = [count_yields(s) for s in statements]
+        last = max((i for i, n in enumerate(counts) if n), default=-1)
+        out: list[cst.BaseStatement] = []
+        group: list[cst.BaseStatement] = []
+        for index, statement in enumerate(statements):
+            if counts[index] == 0:
+                plain = self.plain([statement])
+                if index < last:
+                    group += plain
+                else:
+                    out += plain
+                continue
+            if group:
+                out.append(if_stmt(expr(f"not {T}"), group))
+                group = []
+            out += self.labelled(statement)
+        return out
+
+    def any_block(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        return self.block(statements) if count_yields(statements) else self.plain(statements)
+
+    def labelled(self, node: cst.BaseStatement) -> list[cst.BaseStatement]:
+        if isinstance(node, cst.SimpleStatementLine):
+            return self.yield_line(node)
+        if isinstance(node, cst.If):
+            return [self.if_(node)]
+        if isinstance(node, cst.While):
+            return [self.while_(node)]
+        if isinstance(node, cst.For):
+            return [self.for_(node)]
+        if isinstance(node, cst.Try):
+            return [self.try_(node)]
+        if isinstance(node, cst.Match):
+            return [self.match(node)]
+        raise AssertionError(f"unexpected labelled statement {type(node).__name__}")  # the checker refused it
+
+    # -- yields -----------------------------------------------------------------------------
+
+    def yield_line(self, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        small = line.body[0]
+        node = small.value  # Expr or Assign: both keep the yield in .value
+        assert isinstance(node, cst.Yield), "normalisation leaves yields in statement position"
+        self.label += 1
+        k = self.label
+        delegates = isinstance(node.value, cst.From)
+        self.sites.append(YieldSite(k, self.origin.get(node, node), delegates))
+        out: list[cst.BaseStatement] = []
+        if delegates:
+            sub = f"_bc_yf{k}"
+            out.append(if_stmt(expr(f"not {T}"), [assign(sub, expr("_bc_rt.yf_iter({e})", e=node.value.item))]))
+            delegate = expr(f"_bc_rt.yf_native({sub}) if not {T} else _bc_rt.rejoin({sub}, ({T} := 0))")
+            new = node.with_changes(value=node.value.with_changes(item=delegate))
+        else:
+            value = node.value if node.value is not None else name("None")
+            new = node.with_changes(value=expr(f"{{v}} if not {T} else ({T} := 0)", v=paren(value)))
+        suspend = [assign("_bc_label", _int(k)), line.with_changes(body=[small.with_changes(value=new)])]
+        out.append(if_stmt(expr(f"not {T} or {T} == {k}"), suspend))
+        if delegates:
+            out.append(assign(f"_bc_yf{k}", name("None")))
+        return out
+
+    # -- compound statements ----------------------------------------------------------------
+
+    def if_(self, node: cst.If) -> cst.If:
+        body = list(node.body.body)
+        a, b = self.span(body)
+        test = paren(node.test)
+        if b >= a:
+            condition = expr(f"(not {T} and {{test}}) or {{rng}}", test=test, rng=in_range(a, b))
+        else:
+            condition = expr(f"not {T} and {{test}}", test=test)
+        new_body = self.any_block(body)
+        orelse: list[cst.BaseStatement] = []
+        if isinstance(node.orelse, cst.If):
+            orelse = [node.orelse]
+        elif isinstance(node.orelse, cst.Else):
+            orelse = list(node.orelse.body.body)
+        tail = None
+        if orelse:
+            c, d = self.span(orelse)
+            else_test = expr(f"not {T} or {{rng}}", rng=in_range(c, d)) if d >= c else expr(f"not {T}")
+            tail = cst.If(test=else_test, body=block(self.any_block(orelse)))
+        return cst.If(test=condition, body=block(new_body), orelse=tail, leading_lines=node.leading_lines)
+
+    def guard(self, lo: int, hi: int, body: list[cst.BaseStatement], node: cst.CSTNode) -> cst.If:
+        return cst.If(
+            test=expr(f"not {T} or {{rng}}", rng=in_range(lo, hi)),
+            body=block(body),
+            leading_lines=getattr(node, "leading_lines", ()),
+        )
+
+    def while_(self, node: cst.While) -> cst.If:
+        lo, hi = self.span([node])
+        body = list(node.body.body)
+        a, b = self.span(body)
+        test = paren(node.test)
+        if b >= a:
+            condition = expr(f"(not {T} and {{test}}) or {{rng}}", test=test, rng=in_range(a, b))
+        else:
+            condition = expr(f"not {T} and {{test}}", test=test)
+        self.stack.append(_Frame("loop"))
+        new_body = self.any_block(body)
+        self.stack.pop()
+        orelse = cst.Else(body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
+        loop = cst.While(test=condition, body=block(new_body), orelse=orelse)
+        return self.guard(lo, hi, [loop], node)
+
+    def for_(self, node: cst.For) -> cst.If:
+        lo, hi = self.span([node])
+        body = list(node.body.body)
+        a, b = self.span(body)
+        ident = self.new_id()
+        iterator, item = f"_bc_it{ident}", f"_bc_v{ident}"
+        self.stack.append(_Frame("loop"))
+        new_body = self.any_block(body)
+        self.stack.pop()
+        orelse = cst.Else(body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
+        if b < a:
+            # Only `else` holds labels: resuming there means the loop had ended.
+            source = expr(f"{{e}} if not {T} else ()", e=paren(node.iter))
+            loop = node.with_changes(iter=source, body=block(new_body), orelse=orelse)
+            return self.guard(lo, hi, [loop], node)
+        setup = if_stmt(expr(f"not {T}"), [assign(iterator, expr("iter({e})", e=node.iter))])
+        source = expr(f"{iterator} if not {T} else _bc_rt.resume_iter({iterator}, {{rng}})", rng=in_range(a, b))
+        bind = if_stmt(expr(f"not {T}"), [assign(node.target, name(item))])
+        loop = cst.For(target=name(item), iter=source, body=block([bind, *new_body]), orelse=orelse)
+        return self.guard(lo, hi, [setup, loop], node)
+
+    def try_(self, node: cst.Try) -> cst.If:
+        lo, hi = self.span([node])
+        ident = self.new_id()
+        exc, ctx, pend = f"_bc_exc{ident}", f"_bc_ctx{ident}", f"_bc_pend{ident}"
+        final = list(node.finalbody.body.body) if node.finalbody else []
+        fin_labels = count_yields(final) > 0
+        if fin_labels:
+            frame = _Frame("fin", ident)
+            self.stack.append(frame)
+
+        body = self.any_block(list(node.body.body))
+        h_lo = self.label + 1
+        handlers = [self.handler(h, exc, ctx) for h in node.handlers]
+        h_hi = self.label
+        orelse = cst.Else(body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
+        if fin_labels:
+            self.stack.pop()
+        f_lo = self.label + 1
+        new_final = self.any_block(final)
+        f_hi = self.label
+        for label in range(h_lo, h_hi + 1):
+            self.handler_vars[label] = exc
+        if fin_labels:
+            for label in range(f_lo, f_hi + 1):
+                self.pending_vars.setdefault(label, []).append(pend)
+
+        inner_body: list[cst.BaseStatement] = []
+        if h_hi >= h_lo:
+            reenter = [assign(ctx, expr(f"{exc}.__context__")), simple(cst.Raise(exc=name(exc)))]
+            inner_body.append(if_stmt(expr(f"{T} and {{rng}}", rng=in_range(h_lo, h_hi)), reenter))
+        inner_body += body
+
+        if not fin_labels:
+            finalbody = node.finalbody.with_changes(body=block(new_final)) if node.finalbody else None
+            new = node.with_changes(body=block(inner_body), handlers=handlers, orelse=orelse, finalbody=finalbody)
+            return self.guard(lo, hi, [new], node)
+
+        outer_body: list[cst.BaseStatement] = [if_stmt(expr(f"{T} and {{rng}}", rng=in_range(f_lo, f_hi)),
+                                                       self.dispatch(pend, ctx, frame.crossing))]
+        if handlers or orelse:
+            outer_body.append(cst.Try(body=block(inner_body), handlers=handlers, orelse=orelse))
+        else:
+            outer_body += inner_body
+        record = cst.ExceptHandler(
+            type=name("BaseException"),
+            name=cst.AsName(name=name("_bc_x")),
+            body=block(
+                [
+                    if_stmt(name(T), [assign(cst.Attribute(value=name("_bc_x"), attr=name("__context__")),
+                                             name(ctx))]),
+                    assign(pend, name("_bc_x")),
+                    simple(cst.Raise()),
+                ]
+            ),
+        )
+        outer = cst.Try(body=block(outer_body), handlers=[record], finalbody=cst.Finally(body=block(new_final)))
+        init = if_stmt(expr(f"not {T}"), [assign(pend, name("None"))])
+        return self.guard(lo, hi, [init, outer], node)
+
+    def dispatch(self, pend: str, ctx: str, crossing: set[str]) -> list[cst.BaseStatement]:
+        """Re-create the completion that was pending when the finally suspended."""
+        reraise = if_stmt(
+            expr(f"{pend} is not None"), [assign(ctx, expr(f"{pend}.__context__")), simple(cst.Raise(exc=name(pend)))]
+        )
+        if not crossing:
+            return [reraise]
+        branches: list[cst.BaseStatement] = []
+        for kind in ("return", "break", "continue"):
+            if kind in crossing:
+                if kind == "return":
+                    action = self.completion("return", name("_bc_rv"))
+                else:
+                    action = self.completion(kind, None)
+                branches.append(if_stmt(expr(f"{pend} == '{kind}'"), action))
+        return [if_stmt(expr(f"{pend}.__class__ is str"), branches, [reraise])]
+
+    def handler(self, handler: cst.ExceptHandler, exc: str, ctx: str) -> cst.ExceptHandler:
+        statements = list(handler.body.body)
+        if not count_yields(statements):
+            return handler.with_changes(body=block(self.plain(statements)))
+        prefix: list[cst.BaseStatement] = []
+        if handler.name is not None:
+            prefix.append(assign(exc, handler.name.name))
+            new = handler
+        else:
+            new = handler.with_changes(name=cst.AsName(name=name(exc)))
+        fix = assign(cst.Attribute(value=name(exc), attr=name("__context__")), name(ctx))
+        prefix.append(if_stmt(name(T), [fix]))
+        return new.with_changes(body=block([*prefix, *self.block(statements)]))
+
+    def match(self, node: cst.Match) -> cst.If:
+        lo, hi = self.span([node])
+        ident = self.new_id()
+        case_var = f"_bc_case{ident}"
+        selectors = []
+        for index, case in enumerate(node.cases):
+            selectors.append(case.with_changes(body=block([assign(case_var, _int(index))])))
+        chooser = node.with_changes(cases=selectors)
+        branches: list[tuple[cst.BaseExpression, list[cst.BaseStatement]]] = []
+        for index, case in enumerate(node.cases):
+            statements = list(case.body.body)
+            a, b = self.span(statements)
+            chosen = expr(f"not {T} and {case_var} == {index}")
+            test = expr("{c} or {rng}", c=chosen, rng=in_range(a, b)) if b >= a else chosen
+            branches.append((test, self.any_block(statements)))
+        chain: cst.If | None = None
+        for test, body in reversed(branches):
+            chain = cst.If(test=test, body=block(body), orelse=chain)
+        setup = if_stmt(expr(f"not {T}"), [assign(case_var, expr("-1")), chooser])
+        return self.guard(lo, hi, [setup, chain], node)
+
+    # -- return / break / continue across a finally that yields ------------------------------
+
+    def completion(self, kind: str, value: cst.BaseExpression | None) -> list[cst.BaseStatement]:
+        fins: list[_Frame] = []
+        for frame in reversed(self.stack):
+            if frame.kind == "loop":
+                if kind != "return":
+                    break
+                continue
+            fins.append(frame)
+            frame.crossing.add(kind)
+        final: cst.BaseSmallStatement
+        if kind == "return":
+            final = cst.Return(value=value)
+        else:
+            final = cst.Break() if kind == "break" else cst.Continue()
+        if not fins:
+            return [simple(final)]
+        out: list[cst.BaseStatement] = []
+        if kind == "return":
+            out.append(assign("_bc_rv", value if value is not None else name("None")))
+            final = cst.Return(value=name("_bc_rv"))
+        for frame in fins:
+            out.append(assign(f"_bc_pend{frame.ident}", cst.SimpleString(f"'{kind}'")))
+        out.append(simple(final))
+        return out
+
+    def plain(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """Yield-free statements: unchanged, except return/break/continue that cross a yielding finally."""
+        if not any(frame.kind == "fin" for frame in self.stack):
+            return list(statements)
+        out: list[cst.BaseStatement] = []
+        for statement in statements:
+            out += self.plain_one(statement)
+        return out
+
+    def plain_one(self, node: cst.BaseStatement) -> list[cst.BaseStatement]:
+        if isinstance(node, cst.SimpleStatementLine):
+            out: list[cst.BaseStatement] = []
+            kept: list[cst.BaseSmallStatement] = []
+            for small in node.body:
+                if isinstance(small, (cst.Return, cst.Break, cst.Continue)):
+                    if kept:
+                        out.append(node.with_changes(body=kept))
+                        kept = []
+                    kind = {cst.Return: "return", cst.Break: "break", cst.Continue: "continue"}[type(small)]
+                    out += self.completion(kind, getattr(small, "value", None))
+                else:
+                    kept.append(small)
+            if kept:
+                out.append(node.with_changes(body=kept))
+            return out
+        if isinstance(node, cst.If):
+            orelse = node.orelse
+            if isinstance(orelse, cst.If):
+                orelse = cst.Else(body=block(self.plain_one(orelse)))
+            elif isinstance(orelse, cst.Else):
+                orelse = orelse.with_changes(body=block(self.plain(list(orelse.body.body))))
+            return [node.with_changes(body=block(self.plain(list(node.body.body))), orelse=orelse)]
+        if isinstance(node, (cst.While, cst.For)):
+            self.stack.append(_Frame("loop"))
+            body = self.plain(list(node.body.body))
+            self.stack.pop()
+            orelse = node.orelse.with_changes(body=block(self.plain(list(node.orelse.body.body)))) if node.orelse else None
+            return [node.with_changes(body=block(body), orelse=orelse)]
+        if isinstance(node, (cst.Try, cst.TryStar)):
+            handlers = [h.with_changes(body=block(self.plain(list(h.body.body)))) for h in node.handlers]
+            orelse = node.orelse.with_changes(body=block(self.plain(list(node.orelse.body.body)))) if node.orelse else None
+            final = (
+                node.finalbody.with_changes(body=block(self.plain(list(node.finalbody.body.body))))
+                if node.finalbody
+                else None
+            )
+            return [
+                node.with_changes(
+                    body=block(self.plain(list(node.body.body))), handlers=handlers, orelse=orelse, finalbody=final
+                )
+            ]
+        if isinstance(node, cst.With):
+            return [node.with_changes(body=block(self.plain(list(node.body.body))))]
+        if isinstance(node, cst.Match):
+            cases = [c.with_changes(body=block(self.plain(list(c.body.body)))) for c in node.cases]
+            return [node.with_changes(cases=cases)]
+        return [node]

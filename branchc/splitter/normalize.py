@@ -1,0 +1,384 @@
+"""Pass 1, normalisation: lift every yield out of expressions into a statement of its own.
+
+Afterwards a yield appears only as `yield v`, `x = yield v`, `yield from e` or
+`x = yield from e` (x a plain name, v and e yield-free). Evaluation order is kept
+exactly: a sibling evaluated before a yield is spilled into a temporary first
+(literals excepted), as regenerator does; `and`/`or`, conditional expressions and
+comparison chains keep their short-circuits.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .cst import PREFIX, assign, block, contains_yield, expr, if_stmt, name, simple
+
+__all__ = ["Normalizer"]
+
+_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)
+_CONSTANT_NAMES = {"None", "True", "False"}
+
+
+def _is_literal(node: cst.BaseExpression) -> bool:
+    if isinstance(node, _LITERALS):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in _CONSTANT_NAMES
+    if isinstance(node, cst.ConcatenatedString):
+        return _is_literal(node.left) and _is_literal(node.right)
+    return False
+
+
+def _children(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The sub-expressions of `node`, in the order CPython evaluates them."""
+    if isinstance(node, cst.Attribute):
+        return [node.value]
+    if isinstance(node, cst.Subscript):
+        kids = [node.value]
+        for element in node.slice:
+            part = element.slice
+            if isinstance(part, cst.Index):
+                kids.append(part.value)
+            else:
+                kids.extend(x for x in (part.lower, part.upper, part.step) if x is not None)
+        return kids
+    if isinstance(node, cst.Call):
+        return [node.func, *(arg.value for arg in node.args)]
+    if isinstance(node, cst.BinaryOperation):
+        return [node.left, node.right]
+    if isinstance(node, cst.UnaryOperation):
+        return [node.expression]
+    if isinstance(node, cst.Comparison):
+        return [node.left, *(target.comparator for target in node.comparisons)]
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return [element.value for element in node.elements]
+    if isinstance(node, cst.Dict):
+        kids = []
+        for element in node.elements:
+            if isinstance(element, cst.DictElement):
+                kids += [element.key, element.value]
+            else:
+                kids.append(element.value)
+        return kids
+    if isinstance(node, cst.FormattedString):
+        return _fstring_children(node.parts)
+    if isinstance(node, cst.ConcatenatedString):
+        return [node.left, node.right]
+    if isinstance(node, cst.NamedExpr):
+        return [node.value]
+    if isinstance(node, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+        return [node.for_in.iter]
+    if isinstance(node, cst.Await):
+        return [node.expression]
+    return []
+
+
+def _fstring_children(parts) -> list[cst.BaseExpression]:
+    kids = []
+    for part in parts:
+        if isinstance(part, cst.FormattedStringExpression):
+            kids.append(part.expression)
+            if part.format_spec:
+                kids.extend(_fstring_children(part.format_spec))
+    return kids
+
+
+class _Replace(cst.CSTTransformer):
+    """Swap nodes by identity in one pass (deep_replace rebuilds the tree, losing identities)."""
+
+    def __init__(self, replacements: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        self.replacements = replacements
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node not in self.replacements
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+        return self.replacements.get(original, updated)
+
+
+class Normalizer:
+    """Rewrites one function body. `unsupported` collects (node, message, hint) for the checker."""
+
+    def __init__(self) -> None:
+        self.temps = 0
+        self.unsupported: list[tuple[cst.CSTNode, str, str]] = []
+        self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # each yield made here -> the yield in the source
+
+    def temp(self) -> str:
+        self.temps += 1
+        return f"{PREFIX}t{self.temps}"
+
+    def refuse(self, node: cst.CSTNode, message: str, hint: str) -> None:
+        self.unsupported.append((node, message, hint))
+
+    # -- expressions ------------------------------------------------------------------------
+
+    def lift(self, node: cst.BaseExpression) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        """(statements to run first, an equivalent yield-free expression)."""
+        if not contains_yield(node):
+            return [], node
+        if isinstance(node, cst.Yield):
+            pre, value = self.lift_yield(node)
+            target = self.temp()
+            return [*pre, assign(target, value)], name(target)
+        if isinstance(node, cst.BooleanOperation) and contains_yield(node.right):
+            return self.lift_boolean(node)
+        if isinstance(node, cst.IfExp) and contains_yield([node.body, node.orelse]):
+            return self.lift_ifexp(node)
+        if isinstance(node, cst.Comparison) and len(node.comparisons) > 1:
+            return self.lift_chain(node)
+        if isinstance(node, cst.Lambda):
+            return [], node
+        kids = _children(node)
+        if isinstance(node, cst.BooleanOperation):
+            kids = [node.left]
+        elif isinstance(node, cst.IfExp):
+            kids = [node.test]
+        last = max(i for i, kid in enumerate(kids) if contains_yield(kid))
+        pre: list[cst.BaseStatement] = []
+        replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+        for index, kid in enumerate(kids[: last + 1]):
+            kid_pre, new_kid = self.lift(kid)
+            pre += kid_pre
+            if index < last and not _is_literal(new_kid):
+                spilled = self.temp()
+                pre.append(assign(spilled, new_kid))
+                new_kid = name(spilled)
+            if new_kid is not kid:
+                replacements[kid] = new_kid
+        return pre, node.visit(_Replace(replacements))
+
+    def lift_yield(self, node: cst.Yield) -> tuple[list[cst.BaseStatement], cst.Yield]:
+        """Lift what is inside a yield; the yield itself stays."""
+        if isinstance(node.value, cst.From):
+            pre, item = self.lift(node.value.item)
+            new = node.with_changes(value=node.value.with_changes(item=item))
+        elif node.value is None:
+            pre, new = [], node.with_changes()
+        else:
+            pre, value = self.lift(node.value)
+            new = node.with_changes(value=value)
+        self.origin[new] = self.origin.get(node, node)
+        return pre, new
+
+    def lift_boolean(self, node: cst.BooleanOperation) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        pre, left = self.lift(node.left)
+        target = self.temp()
+        pre.append(assign(target, left))
+        right_pre, right = self.lift(node.right)
+        test = name(target) if isinstance(node.operator, cst.And) else expr("not {t}", t=name(target))
+        pre.append(if_stmt(test, [*right_pre, assign(target, right)]))
+        return pre, name(target)
+
+    def lift_ifexp(self, node: cst.IfExp) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        pre, test = self.lift(node.test)
+        target = self.temp()
+        body_pre, body = self.lift(node.body)
+        else_pre, orelse = self.lift(node.orelse)
+        pre.append(if_stmt(test, [*body_pre, assign(target, body)], [*else_pre, assign(target, orelse)]))
+        return pre, name(target)
+
+    def lift_chain(self, node: cst.Comparison) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        """`a < b < c` evaluates b once and stops at the first false comparison."""
+        pre, left = self.lift(node.left)
+        first = self.temp()
+        pre.append(assign(first, left))
+        result = self.temp()
+
+        def step(index: int, operand: str) -> list[cst.BaseStatement]:
+            target = node.comparisons[index]
+            right_pre, right = self.lift(target.comparator)
+            following = self.temp()
+            compare = cst.Comparison(left=name(operand), comparisons=[target.with_changes(comparator=name(following))])
+            out = [*right_pre, assign(following, right), assign(result, compare)]
+            if index + 1 < len(node.comparisons):
+                out.append(if_stmt(name(result), step(index + 1, following)))
+            return out
+
+        return [*pre, *step(0, first)], name(result)
+
+    # -- statements -------------------------------------------------------------------------
+
+    def body(self, statements) -> list[cst.BaseStatement]:
+        out: list[cst.BaseStatement] = []
+        for statement in statements:
+            out += self.statement(statement)
+        return out
+
+    def statement(self, node: cst.BaseStatement) -> list[cst.BaseStatement]:
+        if isinstance(node, cst.SimpleStatementLine):
+            out: list[cst.BaseStatement] = []
+            for small in node.body:
+                line = simple(small).with_changes(leading_lines=node.leading_lines if not out else ())
+                out += self.small(small, line) if contains_yield(small) else [line]
+            return out
+        if not contains_yield(node):
+            return [node]
+        if isinstance(node, cst.If):
+            return self.if_(node)
+        if isinstance(node, cst.While):
+            return self.while_(node)
+        if isinstance(node, cst.For):
+            return self.for_(node)
+        if isinstance(node, cst.Try):
+            return [self.try_(node)]
+        if isinstance(node, cst.Match):
+            return self.match(node)
+        if isinstance(node, cst.With):
+            self.refuse(
+                node,
+                "yield inside `with`: the context manager cannot travel in a snapshot",
+                "close the resource before the yield (end the with block), or move the yield out of it",
+            )
+            return [node]
+        if isinstance(node, cst.TryStar):
+            self.refuse(node, "yield inside try/except* is not supported", "use try/except, or move the yield out")
+            return [node]
+        return [node]
+
+    def small(self, node: cst.BaseSmallStatement, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        if isinstance(node, cst.Expr):
+            if isinstance(node.value, cst.Yield):
+                pre, value = self.lift_yield(node.value)
+                return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
+            pre, value = self.lift(node.value)
+            return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
+        if isinstance(node, cst.Assign):
+            if any(contains_yield(target.target) for target in node.targets):
+                self.refuse(node, "yield inside an assignment target", "assign the yielded value to a name first")
+                return [line]
+            if isinstance(node.value, cst.Yield):
+                pre, value = self.lift_yield(node.value)
+                if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                    return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
+                target = self.temp()
+                return [*pre, assign(target, value), line.with_changes(body=[node.with_changes(value=name(target))])]
+            pre, value = self.lift(node.value)
+            return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
+        if isinstance(node, cst.AnnAssign):
+            if node.value is None or contains_yield(node.target):
+                self.refuse(node, "yield inside an annotated target", "assign the yielded value to a name first")
+                return [line]
+            pre, value = self.lift(node.value)
+            return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
+        if isinstance(node, cst.AugAssign):
+            return self.augassign(node, line)
+        if isinstance(node, cst.Return):
+            pre, value = self.lift(node.value)
+            return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
+        if isinstance(node, cst.Raise):
+            parts = [p for p in (node.exc, node.cause.item if node.cause else None) if p is not None]
+            pre, both = self.lift(cst.Tuple(elements=[cst.Element(p) for p in parts]))
+            values = [element.value for element in both.elements]
+            new = node.with_changes(exc=values[0])
+            if node.cause is not None:
+                new = new.with_changes(cause=node.cause.with_changes(item=values[1]))
+            return [*pre, line.with_changes(body=[new])]
+        if isinstance(node, cst.Assert):
+            pre, test = self.lift(node.test)
+            if node.msg is not None and contains_yield(node.msg):
+                msg_pre, msg = self.lift(node.msg)
+                failing = if_stmt(
+                    expr("not {t}", t=test),
+                    [*msg_pre, stmt_raise_assertion(msg)],
+                )
+                return [*pre, if_stmt(name("__debug__"), [failing])]
+            return [*pre, line.with_changes(body=[node.with_changes(test=test)])]
+        self.refuse(node, "yield inside this statement is not supported", "assign the yielded value to a name first")
+        return [line]
+
+    def augassign(self, node: cst.AugAssign, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        """`t op= v`: CPython reads the target before it evaluates v, so read it into a temporary first."""
+        target = node.target
+        pre: list[cst.BaseStatement] = []
+        if isinstance(target, cst.Name):
+            store: cst.BaseAssignTargetExpression = target
+            load: cst.BaseExpression = target
+        elif isinstance(target, cst.Attribute):
+            owner = self.temp()
+            pre.append(assign(owner, target.value))
+            store = target.with_changes(value=name(owner))
+            load = store
+        elif isinstance(target, cst.Subscript) and len(target.slice) == 1 and isinstance(
+            target.slice[0].slice, cst.Index
+        ):
+            owner, key = self.temp(), self.temp()
+            pre += [assign(owner, target.value), assign(key, target.slice[0].slice.value)]
+            store = target.with_changes(
+                value=name(owner),
+                slice=[target.slice[0].with_changes(slice=cst.Index(value=name(key)))],
+            )
+            load = store
+        else:
+            self.refuse(node, "yield in an augmented assignment to this target", "assign the yielded value first")
+            return [line]
+        current = self.temp()
+        pre.append(assign(current, load))
+        value_pre, value = self.lift(node.value)
+        pre += value_pre
+        pre.append(simple(cst.AugAssign(target=name(current), operator=node.operator, value=value)))
+        pre.append(assign(store, name(current)))
+        return pre
+
+    def if_(self, node: cst.If) -> list[cst.BaseStatement]:
+        pre, test = self.lift(node.test)
+        orelse = node.orelse
+        if isinstance(orelse, cst.If):
+            lowered = self.if_(orelse)
+            if len(lowered) == 1 and isinstance(lowered[0], cst.If):
+                orelse = lowered[0]
+            else:
+                orelse = cst.Else(body=block(lowered))
+        elif isinstance(orelse, cst.Else):
+            orelse = orelse.with_changes(body=block(self.body(orelse.body.body)))
+        return [*pre, node.with_changes(test=test, body=block(self.body(node.body.body)), orelse=orelse)]
+
+    def while_(self, node: cst.While) -> list[cst.BaseStatement]:
+        body = self.body(node.body.body)
+        orelse = self.body(node.orelse.body.body) if node.orelse else []
+        if not contains_yield(node.test):
+            new_else = cst.Else(body=block(orelse)) if node.orelse else None
+            return [node.with_changes(body=block(body), orelse=new_else)]
+        # The test yields: test at the top of an endless loop; a flag tells `else` (false test) from `break`.
+        pre, test = self.lift(node.test)
+        flag = self.temp()
+        exit_test = if_stmt(expr("not {t}", t=test), [assign(flag, name("True")), simple(cst.Break())])
+        loop = cst.While(test=name("True"), body=block([*pre, exit_test, *body]))
+        out: list[cst.BaseStatement] = [assign(flag, name("False")), loop]
+        if orelse:
+            out.append(if_stmt(name(flag), orelse))
+        return out
+
+    def for_(self, node: cst.For) -> list[cst.BaseStatement]:
+        if contains_yield(node.target):
+            self.refuse(node.target, "yield inside a for target", "assign the yielded value to a name first")
+        pre, iterable = self.lift(node.iter)
+        orelse = node.orelse.with_changes(body=block(self.body(node.orelse.body.body))) if node.orelse else None
+        return [*pre, node.with_changes(iter=iterable, body=block(self.body(node.body.body)), orelse=orelse)]
+
+    def try_(self, node: cst.Try) -> cst.Try:
+        handlers = []
+        for handler in node.handlers:
+            if contains_yield(handler.type):
+                self.refuse(handler, "yield inside an except clause's type", "compute the exception type before try")
+            handlers.append(handler.with_changes(body=block(self.body(handler.body.body))))
+        orelse = node.orelse.with_changes(body=block(self.body(node.orelse.body.body))) if node.orelse else None
+        final = (
+            node.finalbody.with_changes(body=block(self.body(node.finalbody.body.body))) if node.finalbody else None
+        )
+        return node.with_changes(
+            body=block(self.body(node.body.body)), handlers=handlers, orelse=orelse, finalbody=final
+        )
+
+    def match(self, node: cst.Match) -> list[cst.BaseStatement]:
+        pre, subject = self.lift(node.subject)
+        cases = []
+        for case in node.cases:
+            if contains_yield(case.guard) or contains_yield(case.pattern):
+                self.refuse(case, "yield inside a case pattern or guard", "compute the value before match")
+            cases.append(case.with_changes(body=block(self.body(case.body.body))))
+        return [*pre, node.with_changes(subject=subject, cases=cases)]
+
+
+def stmt_raise_assertion(message: cst.BaseExpression) -> cst.SimpleStatementLine:
+    return simple(cst.Raise(exc=cst.Call(func=name("AssertionError"), args=[cst.Arg(message)])))
