@@ -10,7 +10,7 @@ Both sides run in the same process and run; the ratios are
 Targets: time at most 3x, size at most 1.2x. The codec is measured with and without a no-op
 extension (the generator layer always passes one).
 
-    python benchmarks/bench_codec.py [--messages 20] [--repeat 9] [--number 2000]
+    python benchmarks/bench_codec.py [--messages 20] [--repeat 15] [--number 500]
 """
 
 from __future__ import annotations
@@ -45,22 +45,23 @@ def no_extension(value, encode_child, path):
     return None
 
 
-def measure(fn, repeat: int, number: int) -> float:
-    """Median seconds per call over `repeat` runs of `number` calls."""
-    times = []
+def measure(steps: dict, repeat: int, number: int) -> dict[str, float]:
+    """Median seconds per call of each step; the steps take turns, so machine noise hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
+        for name, fn in steps.items():
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times[name].append((time.perf_counter() - start) / number)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=9)
-    parser.add_argument("--number", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--number", type=int, default=500)
     args = parser.parse_args()
 
     live = live_data(args.messages)
@@ -85,7 +86,7 @@ def main() -> None:
         "snapshot + json + restore": codec,
         "... with a no-op extension": codec_ext,
     }
-    results = {name: measure(fn, args.repeat, args.number) for name, fn in steps.items()}
+    results = measure(steps, args.repeat, args.number)
     base = results["json.dumps + json.loads (live)"]
     print(f"{args.messages} messages, median of {args.repeat} x {args.number} calls")
     for name, seconds in results.items():

@@ -2,42 +2,52 @@
 
 `encode(roots)` turns a dict of named values into one object graph::
 
-    {"roots": {name: <inline>}, "objects": [<entry>, ...]}
+    {"roots": {name: <value>}, "objects": [<value>, ...]}
 
-An inline value is a JSON scalar (None, bool, int, str, finite float), a reference
-``{"$": index}`` into "objects", or a non-finite float ``{"$": "nan" | "inf" | "-inf"}``.
-Every other value (dicts and lists included) is one entry ``{"t": tag, ...}`` in the table,
-stored once however often it is referenced, so aliasing and cycles survive. Strings are
-always inline: their identity is not observable in practice.
+A value is written where it is used, in a vocabulary that stays close to the JSON of the
+same data (so a snapshot costs little more than that JSON to write, store and read):
+
+- None, bool, int, str and finite floats are themselves;
+- a dict whose keys are all str (and not "$") is a JSON object of values;
+- everything else is a JSON array whose first item is a short tag: ``["l", 1, 2]`` is a list,
+  ``["u", ...]`` a tuple, ``["d", key, value, ...]`` any other dict, ``["f", "nan"]`` a float
+  JSON has no literal for, ``["dt", "2024-05-01T12:00:00", tz, fold]`` a datetime, ...
+  (the `_ENCODERS` / `_DECODERS` tables are the full list);
+- an object met more than once (aliasing, cycles) is written once into "objects" and
+  referenced by index wherever it occurs: ``[3]`` or ``{"$": 3}``. Both forms mean objects[3];
+  the second exists because shared values are moved to the table after encoding, in place.
+
+Strings never go to the table: their identity is not observable in practice.
 
 `decode(data, allowed_modules=...)` rebuilds the graph. It runs no code named by the data
-except constructors of the fixed builtin types below and classes (enums, pydantic models,
+except constructors of the fixed builtin types here and classes (enums, pydantic models,
 dataclasses, exceptions) whose module is in `allowed_modules`; it never calls pickle,
-copyreg, eval or exec, and imports nothing outside `allowed_modules`. Anything malformed
-raises SnapshotDataError naming the place in the data, e.g. ``objects[4].v[2]``.
+copyreg, eval or exec, and imports nothing outside `allowed_modules` (importing "a.b" also
+runs the package "a"). Anything malformed raises SnapshotDataError naming the place in the
+data, e.g. ``roots['history'][3]`` (JSON positions: item 0 of a tagged array is its tag).
 
 Extension protocol (the generator layer uses it for compiled generators, its Context handle,
 compiled functions, cells):
 
 - encode: ``extension(value, encode_child, path)`` is called for every value that is not a
-  scalar and not of an exact builtin container type (list, dict, tuple, set, frozenset: those
-  cannot be anything the extension owns; their subclasses do reach it). The value already has
-  its table index, so ``encode_child(child, child_path)`` may refer back to it (cycles). It
-  returns a JSON dict ``{"t": tag, ...}`` whose tag is not one of the codec's, or None to let
-  the codec handle the value. The codec does not check that the entry is JSON.
-- decode: ``extension(entry, decode_child, path)`` is called for unknown tags and returns the
-  object or raises SnapshotDataError. ``decode_child(inline, child_path)`` decodes one child.
-  A child may be a list, dict, model, ... that is still being filled (it is part of a cycle
-  that runs through this entry); do not look inside it. If the extension's object itself is
-  mutable and may be part of a cycle, it calls ``decode_child.created(obj)`` before decoding
-  the children, so references back to the entry get `obj`.
+  scalar and not of an exact builtin container type (list, dict, tuple, set, frozenset cannot
+  be anything the extension owns; their subclasses do reach it). `path` is like
+  ``"history[3]['when']"``. The value is already registered, so a child may refer back to it.
+  The extension returns a JSON dict ``{"t": tag, ...}`` (stored as ``["@", entry]``) or None
+  to let the codec handle the value; return None before encoding any child.
+  ``encode_child(child, child_path)`` returns the child's JSON: put it into the entry as it is
+  (no copy): if the child turns out to be shared it is turned into a reference in place.
+- decode: ``extension(entry, decode_child, path)`` is called with that dict and returns the
+  object, or raises SnapshotDataError. ``decode_child(json_value, child_path)`` decodes a child.
+  A child may be a list, dict, model, ... that is still being filled (a cycle runs through the
+  entry): do not look inside it. If the extension's object is mutable and may sit on a cycle,
+  it calls ``decode_child.created(obj)`` before decoding children, so references back get obj.
 
 Identity is keyed by ``id()`` for the duration of one `encode` call (every value met is kept
-alive meanwhile). Limits: nesting depth is bounded by Python's recursion limit (about a third
-of it when encoding); a dict or set whose hash depends on an object that is part of a cycle
-through that same dict or set cannot be restored; set and dict iterators come back as
-iterators over a list of the items they had left; exceptions lose their traceback (and
-AttributeError its `obj`).
+alive meanwhile). Limits: nesting depth is bounded by Python's recursion limit; a dict or set
+whose hashing needs an object that sits on a cycle through that same dict or set cannot be
+restored; set and dict iterators come back as iterators over a list of the items they had
+left; exceptions lose their traceback (and AttributeError its `obj`).
 """
 
 from __future__ import annotations
@@ -89,6 +99,29 @@ class SnapshotDataError(BranchcError, ValueError):
 Extension = Callable[[Any, Callable[[Any, str], Any], str], "dict | None"]
 DecodeExtension = Callable[[dict, Callable[[Any, str], Any], str], Any]
 
+
+# Paths are built only when needed: a chain (parent, key) or (parent, key, format) down from a root name.
+def _fmt(path: Any) -> str:
+    parts = []
+    while type(path) is tuple:
+        path, key, *how = path
+        parts.append(how[0].format(key) if how else f"[{key!r}]")
+    parts.append(str(path))
+    return "".join(reversed(parts))
+
+
+_ATTR = ".{}"
+
+
+def _show(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(t: type) -> str:
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
 # Integers beyond this do not survive json.dumps (sys.int_max_str_digits); they travel as hex.
 _BIG = 1 << 13_000
 _INLINE = frozenset({str, bool, type(None)})
@@ -99,8 +132,7 @@ _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _SEQ_ITERATORS = {
     type(iter(x))
     for x in ([], (), range(0), range(1 << 70), "a", "é", b"", bytearray(), {}, {}.values(), {}.items(), set())
-} | {type(reversed({})), type(reversed({}.values())), type(reversed({}.items()))}
-_REV_ITERATORS = {type(reversed([])), reversed}
+} | {type(reversed(x)) for x in ([], (), {}, {}.values(), {}.items())}
 _ITER_SOURCES = (list, tuple, str, bytes, bytearray, range)
 # map/filter travel only with one of these functions (none of them runs code named by data).
 _SAFE_FUNCS: dict[str, Any] = {
@@ -111,18 +143,14 @@ _SAFE_FUNCS.update({f.__qualname__: f for f in (str.lower, str.upper, str.split,
 _SAFE_NAMES = {id(f): name for name, f in _SAFE_FUNCS.items()}  # by id: a callable need not be hashable
 
 _PROCESS_MODULES = frozenset(
-    "_thread threading socket _socket ssl _ssl select selectors subprocess multiprocessing asyncio concurrent "
-    "queue _queue sqlite3 _sqlite3 mmap signal _asyncio contextvars _contextvars weakref _weakref".split()
+    "_thread threading socket _socket ssl _ssl select selectors subprocess multiprocessing asyncio _asyncio "
+    "concurrent queue _queue sqlite3 _sqlite3 mmap signal contextvars _contextvars weakref _weakref".split()
 )
 _DATA_HINT = (
     "a snapshot holds data: None, bool, int, float, str, bytes, containers, datetime values, Decimal, UUID, "
     "Fraction, complex, enums, dataclasses, pydantic models, exceptions and builtin iterators; convert it "
     "before the yield"
 )
-
-
-def _type_name(t: type) -> str:
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _why_not(x: Any) -> str:
@@ -142,148 +170,158 @@ def _why_not(x: Any) -> str:
     return _DATA_HINT
 
 
+def _lookup(obj: Any, qualname: str) -> Any:
+    """Walk a qualname through __dict__ (no getattr hooks); None unless every step is a plain name."""
+    for part in qualname.split("."):
+        if not part.isidentifier() or part.startswith("__") or not isinstance(obj, (type, types.ModuleType)):
+            return None
+        obj = vars(obj).get(part)
+    return obj
+
+
 # ---------------------------------------------------------------------------------------------------- encode
 
 _CLASS_REFS: dict[type, str] = {}
 
 
-def _class_ref(t: type, path: str) -> str:
-    """The "module:qualname" of a class a restore can find again by name (cached per class)."""
+def _class_ref(t: type, path: Any) -> str:
+    """The "module:qualname" of a class that a restore can find again by name (checked once per class)."""
     ref = _CLASS_REFS.get(t)
     if ref is None:
-        ref = f"{t.__module__}:{t.__qualname__}"
         if _lookup(sys.modules.get(t.__module__), t.__qualname__) is not t:
-            raise NotSerializableError(
-                path, _type_name(t), f"define {t.__qualname__} at module level so a restore can find it by name"
-            )
-        _CLASS_REFS[t] = ref
+            hint = f"define {t.__qualname__} at module level so a restore can find it by name"
+            raise NotSerializableError(_fmt(path), _type_name(t), hint)
+        ref = _CLASS_REFS[t] = f"{t.__module__}:{t.__qualname__}"
     return ref
 
 
-def _lookup(obj: Any, qualname: str) -> Any:
-    """Walk a qualname through __dict__ (no getattr hooks); None unless every step is a plain name."""
-    for part in qualname.split("."):
-        if obj is None or not part.isidentifier() or part.startswith("__"):
-            return None
-        obj = vars(obj).get(part) if isinstance(obj, (type, types.ModuleType)) else None
-    return obj
-
-
 class _Encoder:
-    __slots__ = ("enc", "extension", "keep", "memo", "objects")
+    __slots__ = ("enc", "extension", "keep", "memo", "shared")
 
     def __init__(self, extension: Extension | None) -> None:
-        self.memo: dict[int, int] = {}
-        self.objects: list[Any] = []
+        self.memo: dict[int, Any] = {}  # id -> its JSON (written once, in place) or its table index
+        self.shared: list[Any] = []  # the JSON of values met twice; becomes "objects"
         self.keep: list[Any] = []  # every value met stays alive, so no id() is reused mid-encode
         self.extension = extension
-        self.enc = self.encode  # one bound method, handed to handlers and the extension
+        self.enc = self.encode  # one bound method, handed to handlers
 
-    def encode(self, x: Any, path: str) -> Any:
-        """The inline form of x: the scalar itself or a reference to its table entry."""
+    def encode(self, x: Any, path: Any) -> Any:
+        """The JSON of x: itself if scalar, its tagged form the first time, a reference after."""
         t = type(x)
         if t in _INLINE:
             return x
         if t is int and -_BIG < x < _BIG:
             return x
         if t is float:
-            return x if x - x == 0.0 else {"$": "nan" if x != x else ("inf" if x > 0 else "-inf")}
-        n = self.memo.get(id(x))
-        if n is not None:
-            return {"$": n}
-        n = self.memo[id(x)] = len(self.objects)
-        self.objects.append(None)
+            return x if x - x == 0.0 else ["f", "nan" if x != x else ("inf" if x > 0 else "-inf")]
+        seen = self.memo.get(id(x))
+        if seen is not None:
+            if type(seen) is not int:  # second meeting: it moves to the table (see finish())
+                self.memo[id(x)] = len(self.shared)
+                self.shared.append(seen)
+                return [len(self.shared) - 1]
+            return [seen]
         self.keep.append(x)
-        if self.extension is not None and t not in _PLAIN:
-            entry = self.extension(x, self.enc, path)
+        if t is list:  # the hot cases, inline
+            out = self.memo[id(x)] = ["l"]
+            enc = self.enc
+            out += [v if type(v) in _INLINE else enc(v, (path, i)) for i, v in enumerate(x)]
+            return out
+        if t is dict:
+            for k in x:
+                if type(k) is not str:
+                    break
+            else:
+                if "$" not in x:
+                    out = self.memo[id(x)] = {}
+                    enc = self.enc
+                    for k, v in x.items():
+                        out[k] = v if type(v) in _INLINE else enc(v, (path, k))
+                    return out
+        elif self.extension is not None and t not in _PLAIN:
+            out = self.memo[id(x)] = ["@"]
+            entry = self.extension(x, self.child, _fmt(path))
             if entry is not None:
-                if type(entry) is not dict or type(entry.get("t")) is not str or entry["t"] in _DECODERS:
-                    raise TypeError(f"{path}: the codec extension must return a dict with its own str 't' tag")
-                self.objects[n] = entry
-                return {"$": n}
+                if type(entry) is not dict or type(entry.get("t")) is not str:
+                    raise TypeError(f"{_fmt(path)}: the codec extension must return a dict with a str 't' tag")
+                out.append(entry)
+                return out
+            if self.memo.pop(id(x)) is not out:
+                raise TypeError(f"{_fmt(path)}: the codec extension encoded children, then returned None")
         handler = _ENCODERS.get(t) or _encoder_for(t)
         if handler is None:
-            raise NotSerializableError(path, _type_name(t), _why_not(x))
-        self.objects[n] = handler(self, x, path)
-        return {"$": n}
+            raise NotSerializableError(_fmt(path), _type_name(t), _why_not(x))
+        out = self.memo[id(x)] = [handler.tag]
+        handler.fill(self, x, path, out)
+        return out
 
-    def items(self, values: Any, path: str) -> list:
-        """Inline forms of a sequence's items; the path is only built for non-scalars."""
+    def child(self, x: Any, path: str) -> Any:
+        return self.enc(x, path)
+
+    def items(self, values: Any, path: Any, out: list) -> None:
         enc = self.enc
-        return [v if type(v) in _INLINE else enc(v, f"{path}[{i}]") for i, v in enumerate(values)]
+        out += [v if type(v) in _INLINE else enc(v, (path, i)) for i, v in enumerate(values)]
 
-    def fields(self, values: dict, path: str) -> dict:
-        """Inline forms of a str-keyed mapping's values, e.g. object attributes."""
+    def fields(self, values: dict, path: Any) -> dict:
+        """A str-keyed mapping of attributes (a payload, never shared, so "$" is a plain key here)."""
         enc = self.enc
-        return {k: v if type(v) in _INLINE else enc(v, f"{path}.{k}") for k, v in values.items()}
+        return {k: v if type(v) in _INLINE else enc(v, (path, k, _ATTR)) for k, v in values.items()}
+
+    def finish(self) -> list:
+        """Move every shared value's JSON to the table and leave a reference where it was first written."""
+        objects = []
+        for index, out in enumerate(self.shared):
+            if type(out) is list:
+                objects.append(out[:])
+                out[:] = [index]
+            else:
+                objects.append(out.copy())
+                out.clear()
+                out["$"] = index
+        return objects
 
 
-def _enc_dict(e: _Encoder, x: dict, path: str) -> dict:
-    enc = e.enc
-    out = {}
-    for k, v in x.items():
-        if type(k) is not str:
-            return _enc_pairs(e, x, path)
-        out[k] = v if type(v) in _INLINE else enc(v, f"{path}[{k!r}]")
-    return {"t": "o", "v": out}
+class _Enc(NamedTuple):
+    """How one type is written: ``[tag, ...]`` with the rest appended by fill(encoder, value, path, out)."""
+
+    tag: str
+    fill: Callable[[_Encoder, Any, Any, list], None]
 
 
-def _enc_pairs(e: _Encoder, x: dict, path: str) -> dict:
-    out = []
-    for i, (k, v) in enumerate(x.items()):
-        out.append(e.enc(k, f"{path}<key {i}>"))
-        out.append(e.enc(v, f"{path}[{k!r}]"))
-    return {"t": "d", "v": out}
+def _b64(e: _Encoder, x: bytes | bytearray, path: Any, out: list) -> None:
+    out.append(binascii.b2a_base64(x, newline=False).decode("ascii"))
 
 
-def _enc_set(tag: str) -> Callable[[_Encoder, Any, str], dict]:
-    def handler(e: _Encoder, x: Any, path: str) -> dict:
-        return {"t": tag, "v": [e.enc(v, f"{path}<item {i}>") for i, v in enumerate(x)]}
-
-    return handler
-
-
-def _b64(x: bytes | bytearray) -> str:
-    return binascii.b2a_base64(x, newline=False).decode("ascii")
+def _clock(e: _Encoder, x: datetime | time, path: Any, out: list) -> None:
+    """datetime and time: the naive ISO text, the tzinfo, fold."""
+    out.append(x.replace(tzinfo=None, fold=0).isoformat())
+    if x.tzinfo is not None or x.fold:
+        out.append(e.enc(x.tzinfo, (path, "tzinfo", _ATTR)))
+    if x.fold:
+        out.append(1)
 
 
-def _enc_clock(tag: str) -> Callable[[_Encoder, Any, str], dict]:
-    """datetime and time: the naive ISO text, the tzinfo as a child, fold when set."""
-
-    def handler(e: _Encoder, x: Any, path: str) -> dict:
-        entry = {"t": tag, "v": x.replace(tzinfo=None, fold=0).isoformat()}
-        if x.tzinfo is not None:
-            entry["z"] = e.enc(x.tzinfo, f"{path}.tzinfo")
-        if x.fold:
-            entry["f"] = 1
-        return entry
-
-    return handler
+def _timezone(e: _Encoder, x: timezone, path: Any, out: list) -> None:
+    offset, *name = x.__getinitargs__()
+    out += [offset.days * 86400 + offset.seconds, offset.microseconds, *name]
 
 
-def _enc_timezone(e: _Encoder, x: timezone, path: str) -> dict:
-    args = x.__getinitargs__()
-    offset = args[0]
-    entry = {"t": "tz", "v": [offset.days * 86400 + offset.seconds, offset.microseconds]}
-    if len(args) > 1:
-        entry["n"] = args[1]
-    return entry
-
-
-def _enc_zoneinfo(e: _Encoder, x: ZoneInfo, path: str) -> dict:
+def _zoneinfo(e: _Encoder, x: ZoneInfo, path: Any, out: list) -> None:
     if x.key is None:
-        raise NotSerializableError(path, "zoneinfo.ZoneInfo", "a zone read from a file cannot travel; use a key")
-    return {"t": "zi", "v": x.key}
+        raise NotSerializableError(_fmt(path), "zoneinfo.ZoneInfo", "a zone read from a file cannot travel; use a key")
+    out.append(x.key)
 
 
-def _enc_enum(e: _Encoder, x: Enum, path: str) -> dict:
+def _enum(e: _Encoder, x: Enum, path: Any, out: list) -> None:
     cls = type(x)
-    ref = _class_ref(cls, path)
-    if cls.__members__.get(x._name_) is x:
-        return {"t": "e", "c": ref, "n": x._name_}
-    if isinstance(x, Flag):  # a combination of flags has no member name of its own
-        return {"t": "e", "c": ref, "v": e.enc(x._value_, f"{path}.value")}
-    raise NotSerializableError(path, _type_name(cls), "an enum value that is not a member cannot travel")
+    out.append(_class_ref(cls, path))
+    if cls.__members__.get(x._name_) is not x:
+        if not isinstance(x, Flag):
+            raise NotSerializableError(_fmt(path), _type_name(cls), "an enum value that is not a member cannot travel")
+        out.append(None)  # a combination of flags has no member name: its value follows
+        out.append(e.enc(x._value_, (path, "value", _ATTR)))
+    else:
+        out.append(x._name_)
 
 
 _MODEL_FIELDS: dict[type, frozenset[str]] = {}
@@ -296,19 +334,19 @@ def _model_fields(cls: type[BaseModel]) -> frozenset[str]:
     return names
 
 
-def _enc_model(e: _Encoder, x: BaseModel, path: str) -> dict:
+def _model(e: _Encoder, x: BaseModel, path: Any, out: list) -> None:
     """The pydantic state as it is (no dump, no validation): fields, fields_set, extra, private."""
-    ref = _class_ref(type(x), path)
+    out.append(_class_ref(type(x), path))
     names = _model_fields(type(x))
-    state = {k: v for k, v in x.__dict__.items() if k in names}  # other keys: cached_property values
-    entry = {"t": "m", "c": ref, "v": e.fields(state, path), "s": sorted(x.__pydantic_fields_set__)}
-    extra = getattr(x, "__pydantic_extra__", None)
-    if extra is not None:
-        entry["x"] = e.fields(extra, path)
-    private = getattr(x, "__pydantic_private__", None)
-    if private is not None:
-        entry["p"] = e.fields(private, path)
-    return entry
+    state = x.__dict__
+    if len(state) != len(names):  # other keys are cached_property values: left to recompute
+        state = {k: v for k, v in state.items() if k in names}
+    out.append(e.fields(state, path))
+    out.append(sorted(x.__pydantic_fields_set__))
+    extra, private = getattr(x, "__pydantic_extra__", None), getattr(x, "__pydantic_private__", None)
+    if extra is not None or private is not None:
+        out.append(None if extra is None else e.fields(extra, path))
+        out.append(None if private is None else e.fields(private, path))
 
 
 _DATACLASS_FIELDS: dict[type, tuple[str, ...]] = {}
@@ -321,134 +359,147 @@ def _dataclass_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
-def _enc_dataclass(e: _Encoder, x: Any, path: str) -> dict:
-    """Field values (slots or __dict__) plus any other instance attributes; no __init__ on restore."""
-    names = _dataclass_fields(type(x))
+def _dataclass(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    """Field values (slots or __dict__), then any other instance attributes; no __init__ on restore."""
+    out.append(_class_ref(type(x), path))
     state = {}
-    for name in names:
+    for name in _dataclass_fields(type(x)):
         try:
             state[name] = getattr(x, name)
         except AttributeError:  # an unset slot stays unset
             pass
-    entry = {"t": "dc", "c": _class_ref(type(x), path), "v": e.fields(state, path)}
+    out.append(e.fields(state, path))
     extra = {k: v for k, v in getattr(x, "__dict__", {}).items() if k not in state}
     if extra:
-        entry["a"] = e.fields(extra, path)
-    return entry
+        out.append(e.fields(extra, path))
 
 
-# Builtin exception attributes that args do not imply, restored as keywords.
-_EXC_KEYWORDS = ((ImportError, ("name", "path")), (NameError, ("name",)), (AttributeError, ("name",)))
+# Builtin exception attributes that args do not imply, restored as keywords (OSError: positional).
+_EXC_KEYWORDS = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)))
+_EXC_KEYWORDS += ((AttributeError, ("name",)),)
 
 
-def _enc_exception(e: _Encoder, x: BaseException, path: str) -> dict:
-    """args, instance attributes (__notes__ among them), cause and context; the traceback is dropped."""
+def _exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
+    """[cls, [args], {attributes}, cause, context, suppress_context, {keywords}]; the traceback is dropped."""
     cls = type(x)
-    entry = {"t": "x", "c": _class_ref(cls, path), "a": e.items(x.args, f"{path}.args")}
+    out.append(_class_ref(cls, path))
+    args: list = []
+    e.items(x.args, (path, "args", _ATTR), args)
+    keywords = {}
     if cls.__module__ == "builtins":
-        keywords = {}
-        if isinstance(x, OSError):
-            keywords = {k: getattr(x, k) for k in ("filename", "filename2") if getattr(x, k) is not None}
         for base, names in _EXC_KEYWORDS:
             if isinstance(x, base):
                 keywords = {k: getattr(x, k) for k in names if getattr(x, k) is not None}
-        if keywords:
-            entry["k"] = e.fields(keywords, path)
-    if x.__dict__:
-        entry["d"] = e.fields(x.__dict__, path)
-    if x.__cause__ is not None:
-        entry["ca"] = e.enc(x.__cause__, f"{path}.__cause__")
-    if x.__context__ is not None:
-        entry["cx"] = e.enc(x.__context__, f"{path}.__context__")
-    if x.__suppress_context__:
-        entry["sc"] = True
-    return entry
+    out += [
+        args,
+        e.fields(x.__dict__, path),  # __notes__ is one of them
+        e.enc(x.__cause__, (path, "__cause__", _ATTR)),
+        e.enc(x.__context__, (path, "__context__", _ATTR)),
+        x.__suppress_context__,
+        e.fields(keywords, path),
+    ]
 
 
-def _reduce(x: Any, path: str) -> tuple:
+def _reduce(x: Any, path: Any) -> tuple:
     """A builtin iterator's own __reduce__; refused where the type no longer has one (Python 3.14)."""
     if type(x).__reduce__ is object.__reduce__:
-        raise NotSerializableError(path, _type_name(type(x)), "this Python cannot read its position; finish it first")
+        hint = "this Python cannot read its position; finish it before the yield"
+        raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
     return x.__reduce__()
 
 
-def _enc_seq_iter(e: _Encoder, x: Any, path: str) -> dict:
-    fn, args, *state = _reduce(x, path)
-    tag = "R" if fn is reversed else "I"
-    return {"t": tag, "v": [e.enc(args[0], f"{path}<source>"), *state]}
+def _seq_iter(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    """[source, position]; dict and set iterators reduce to an iterator over what is left."""
+    fn, (source,), *position = _reduce(x, path)
+    if fn is reversed:
+        out[0] = "R"
+    out.append(e.enc(source, (path, "source", "<{}>")))
+    out += position
 
 
-def _enc_reduced(tag: str) -> Callable[[_Encoder, Any, str], dict]:
-    """enumerate, zip, count, repeat: their constructor arguments are the state."""
-
-    def handler(e: _Encoder, x: Any, path: str) -> dict:
-        _, args, *state = _reduce(x, path)
-        entry = {"t": tag, "v": e.items(args, f"{path}<args>")}
-        if state:  # zip(strict=True)
-            entry["s"] = True
-        return entry
-
-    return handler
+def _reduced(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    """enumerate, count, repeat: their constructor arguments are the state."""
+    e.items(_reduce(x, path)[1], (path, "args", "<{}>"), out)
 
 
-def _enc_chain(e: _Encoder, x: Any, path: str) -> dict:
+def _zip(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    _, iterators, *strict = _reduce(x, path)
+    out.append(bool(strict))
+    e.items(iterators, (path, "args", "<{}>"), out)
+
+
+def _chain(e: _Encoder, x: Any, path: Any, out: list) -> None:
     reduced = _reduce(x, path)
-    return {"t": "ch", "v": e.items(reduced[2] if len(reduced) > 2 else (), f"{path}<state>")}
+    e.items(reduced[2] if len(reduced) > 2 else (), (path, "state", "<{}>"), out)
 
 
-def _enc_mapped(tag: str) -> Callable[[_Encoder, Any, str], dict]:
-    def handler(e: _Encoder, x: Any, path: str) -> dict:
-        fn, (func, *iterators) = _reduce(x, path)
-        name = _SAFE_NAMES.get(id(func))
-        if name is None and not (func is None and fn is filter):
-            hint = f"{fn.__name__}() travels only with a builtin such as str or len; use a list before the yield"
-            raise NotSerializableError(path, fn.__name__, hint)
-        return {"t": tag, "f": name, "v": e.items(iterators, f"{path}<args>")}
-
-    return handler
+def _mapped(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    fn, (func, *iterators) = _reduce(x, path)
+    name = _SAFE_NAMES.get(id(func))
+    if name is None and not (func is None and fn is filter):
+        hint = f"{fn.__name__}() travels only with a builtin such as str or len; make a list before the yield"
+        raise NotSerializableError(_fmt(path), fn.__name__, hint)
+    out.append(name)
+    e.items(iterators, (path, "args", "<{}>"), out)
 
 
-_ENCODERS: dict[type, Callable[[_Encoder, Any, str], dict]] = {
-    list: lambda e, x, path: {"t": "l", "v": e.items(x, path)},
-    dict: _enc_dict,
-    tuple: lambda e, x, path: {"t": "u", "v": e.items(x, path)},
-    set: _enc_set("s"),
-    frozenset: _enc_set("fs"),
-    int: lambda e, x, path: {"t": "i", "v": format(x, "x")},
-    bytes: lambda e, x, path: {"t": "b", "v": _b64(x)},
-    bytearray: lambda e, x, path: {"t": "ba", "v": _b64(x)},
-    datetime: _enc_clock("dt"),
-    time: _enc_clock("tm"),
-    date: lambda e, x, path: {"t": "da", "v": x.isoformat()},
-    timedelta: lambda e, x, path: {"t": "td", "v": [x.days, x.seconds, x.microseconds]},
-    timezone: _enc_timezone,
-    ZoneInfo: _enc_zoneinfo,
-    Decimal: lambda e, x, path: {"t": "dec", "v": str(x)},
-    uuid.UUID: lambda e, x, path: {"t": "uu", "v": x.hex},
-    Fraction: lambda e, x, path: {"t": "fr", "v": e.items((x.numerator, x.denominator), path)},
-    complex: lambda e, x, path: {"t": "c", "v": e.items((x.real, x.imag), path)},
-    range: lambda e, x, path: {"t": "rg", "v": e.items((x.start, x.stop, x.step), path)},
-    **dict.fromkeys(_SEQ_ITERATORS | _REV_ITERATORS, _enc_seq_iter),
-    enumerate: _enc_reduced("en"),
-    zip: _enc_reduced("zp"),
-    itertools.count: _enc_reduced("cn"),
-    itertools.repeat: _enc_reduced("rp"),
-    itertools.chain: _enc_chain,
-    map: _enc_mapped("mp"),
-    filter: _enc_mapped("fl"),
+def _parts(*getters: Callable[[Any], Any]) -> Callable[[_Encoder, Any, Any, list], None]:
+    """A fixed number of parts, each written as a value (so big ints and NaN are handled)."""
+    return lambda e, x, path, out: e.items([get(x) for get in getters], path, out)
+
+
+def _set_items(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    enc = e.enc
+    out += [v if type(v) in _INLINE else enc(v, (path, i, "<item {}>")) for i, v in enumerate(x)]
+
+
+def _pairs(e: _Encoder, x: dict, path: Any, out: list) -> None:
+    enc = e.enc
+    for i, (k, v) in enumerate(x.items()):
+        out.append(k if type(k) in _INLINE else enc(k, (path, i, "<key {}>")))
+        out.append(v if type(v) in _INLINE else enc(v, (path, k)))
+
+
+_ENCODERS: dict[type, _Enc] = {
+    dict: _Enc("d", _pairs),  # dicts with a non-str key, or a "$" key
+    tuple: _Enc("u", lambda e, x, path, out: e.items(x, path, out)),
+    set: _Enc("s", _set_items),
+    frozenset: _Enc("fs", _set_items),
+    int: _Enc("i", lambda e, x, path, out: out.append(format(x, "x"))),
+    bytes: _Enc("b", _b64),
+    bytearray: _Enc("ba", _b64),
+    datetime: _Enc("dt", _clock),
+    time: _Enc("tm", _clock),
+    date: _Enc("da", lambda e, x, path, out: out.append(x.isoformat())),
+    timedelta: _Enc("td", lambda e, x, path, out: out.extend((x.days, x.seconds, x.microseconds))),
+    timezone: _Enc("tz", _timezone),
+    ZoneInfo: _Enc("zi", _zoneinfo),
+    Decimal: _Enc("dec", lambda e, x, path, out: out.append(str(x))),
+    uuid.UUID: _Enc("uu", lambda e, x, path, out: out.append(x.hex)),
+    Fraction: _Enc("fr", _parts(lambda x: x.numerator, lambda x: x.denominator)),
+    complex: _Enc("c", _parts(lambda x: x.real, lambda x: x.imag)),
+    range: _Enc("rg", _parts(lambda x: x.start, lambda x: x.stop, lambda x: x.step)),
+    **dict.fromkeys(_SEQ_ITERATORS | {reversed}, _Enc("I", _seq_iter)),
+    enumerate: _Enc("en", _reduced),
+    zip: _Enc("zp", _zip),
+    itertools.count: _Enc("cn", _reduced),
+    itertools.repeat: _Enc("rp", _reduced),
+    itertools.chain: _Enc("ch", _chain),
+    map: _Enc("mp", _mapped),
+    filter: _Enc("fl", _mapped),
 }
 
 
-def _encoder_for(t: type) -> Callable[[_Encoder, Any, str], dict] | None:
+def _encoder_for(t: type) -> _Enc | None:
     """Handlers for open-ended kinds (enums, exceptions, models, dataclasses), found once per class."""
     if issubclass(t, Enum):
-        handler = _enc_enum
+        handler = _Enc("e", _enum)
     elif issubclass(t, BaseException):
-        handler = _enc_exception
+        handler = _Enc("x", _exception)
     elif issubclass(t, BaseModel):
-        handler = _enc_model
+        handler = _Enc("m", _model)
     elif dataclasses.is_dataclass(t) and t.__new__ is object.__new__:
-        handler = _enc_dataclass
+        handler = _Enc("dc", _dataclass)
     else:
         return None
     _ENCODERS[t] = handler
@@ -463,10 +514,9 @@ def encode(roots: dict[str, Any], *, extension: Extension | None = None) -> dict
         try:
             out[name] = e.enc(value, name)
         except RecursionError:
-            raise NotSerializableError(
-                name, _type_name(type(value)), "it is nested too deeply for a snapshot; flatten it"
-            ) from None
-    return {"roots": out, "objects": e.objects}
+            hint = "it is nested too deeply for a snapshot; flatten it"
+            raise NotSerializableError(name, _type_name(type(value)), hint) from None
+    return {"roots": out, "objects": e.finish()}
 
 
 # ---------------------------------------------------------------------------------------------------- decode
@@ -475,152 +525,9 @@ def encode(roots: dict[str, Any], *, extension: Extension | None = None) -> dict
 class _Mark:
     """Table slots not built yet: TODO, BUSY (an immutable under construction), AGAIN (rebuilt in a cycle)."""
 
-    __slots__ = ("name",)
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-_TODO, _BUSY, _AGAIN = _Mark("todo"), _Mark("busy"), _Mark("again")
+_TODO, _BUSY, _AGAIN = _Mark(), _Mark(), _Mark()
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _path(at: Any, field: str | None = None, key: Any = None) -> str:
-    """objects[4].v[2] for a table position, roots['x'] for a root, or a path given as text."""
-    if type(at) is str:
-        return at
-    if at is None:
-        return f"roots[{key!r}]"
-    return f"objects[{at}]" + (f".{field}" if field else "") + (f"[{key!r}]" if key is not None else "")
-
-
-def _show(x: Any) -> str:
-    text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-class _Child:
-    """decode_child for the extension: decodes one inline value; `created` publishes a two-phase object."""
-
-    __slots__ = ("dec", "idx")
-
-    def __init__(self, dec: _Decoder, idx: int) -> None:
-        self.dec = dec
-        self.idx = idx
-
-    def __call__(self, x: Any, path: str) -> Any:
-        return self.dec.val(x, path)
-
-    def created(self, obj: Any) -> None:
-        self.dec.built[self.idx] = obj
-
-
-class _Decoder:
-    __slots__ = ("allowed", "built", "classes", "extension", "objects", "size")
-
-    def __init__(self, objects: list, allowed: frozenset[str], extension: DecodeExtension | None) -> None:
-        self.objects = objects
-        self.size = len(objects)
-        self.built: list[Any] = [_TODO] * self.size
-        self.allowed = allowed
-        self.extension = extension
-        self.classes: dict[tuple[str, str], type] = {}
-
-    def val(self, x: Any, at: Any, field: str | None = "v", key: Any = None) -> Any:
-        """Decode one inline value found at `at` (an index, None for roots, or a path)."""
-        t = type(x)
-        if t in _SCALARS:
-            return x
-        if t is dict and len(x) == 1 and "$" in x:
-            n = x["$"]
-            if type(n) is int and 0 <= n < self.size:
-                obj = self.built[n]
-                return self.build(n) if type(obj) is _Mark else obj
-            if type(n) is str and n in _NONFINITE:
-                return _NONFINITE[n]
-        raise SnapshotDataError(
-            _path(at, field, key), f'expected a scalar or a reference {{"$": index}} below {self.size}, got {_show(x)}'
-        )
-
-    def build(self, idx: int) -> Any:
-        """Build entry idx; an immutable met again through a cycle is built once more, inside (as pickle does)."""
-        mark = self.built[idx]
-        if mark is _AGAIN:
-            raise SnapshotDataError(f"objects[{idx}]", "a cycle that runs through immutable values only")
-        self.built[idx] = _BUSY if mark is _TODO else _AGAIN
-        entry = self.objects[idx]
-        if type(entry) is not dict or type(entry.get("t")) is not str:
-            raise SnapshotDataError(f"objects[{idx}]", f'expected an entry {{"t": tag, ...}}, got {_show(entry)}')
-        handler = _DECODERS.get(entry["t"])
-        if handler is not None:
-            obj = handler(self, entry, idx)
-        elif self.extension is not None:
-            obj = self.extension(entry, _Child(self, idx), f"objects[{idx}]")
-        else:
-            raise SnapshotDataError(f"objects[{idx}].t", f"unknown tag {entry['t']!r}")
-        if type(self.built[idx]) is _Mark:
-            self.built[idx] = obj
-        return self.built[idx]  # a shell registered early, or the object built inside a cycle
-
-    def field(self, entry: dict, idx: int, name: str, kind: type | tuple[type, ...], what: str) -> Any:
-        value = entry.get(name)
-        if not isinstance(value, kind) or (type(value) is bool and kind is not bool):
-            raise SnapshotDataError(f"objects[{idx}].{name}", f"expected {what}, got {_show(value)}")
-        return value
-
-    def items(self, entry: dict, idx: int, name: str = "v", size: int | None = None) -> list:
-        seq = self.field(entry, idx, name, list, "a list")
-        if size is not None and len(seq) != size:
-            raise SnapshotDataError(f"objects[{idx}].{name}", f"expected {size} items, got {len(seq)}")
-        val = self.val
-        return [x if type(x) in _SCALARS else val(x, idx, name, i) for i, x in enumerate(seq)]
-
-    def fill(self, out: dict, entry: dict, idx: int, name: str = "v", allowed: Any = None) -> dict:
-        """Decode a str-keyed mapping into `out` (registered first, so cycles see it)."""
-        src = self.field(entry, idx, name, dict, "an object")
-        val = self.val
-        for k, x in src.items():
-            if allowed is not None and k not in allowed:
-                raise SnapshotDataError(f"objects[{idx}].{name}", f"unexpected name {k!r}")
-            out[k] = x if type(x) in _SCALARS else val(x, idx, name, k)
-        return out
-
-    def cls(self, entry: dict, idx: int, kind: _Kind) -> type:
-        """Resolve "module:qualname" to a class of `kind`, importing only allowed modules."""
-        ref = entry.get("c")
-        known = self.classes.get((ref, kind)) if type(ref) is str else None
-        if known is not None:
-            return known
-        where = f"objects[{idx}].c"
-        if type(ref) is not str or ref.count(":") != 1:
-            raise SnapshotDataError(where, f'expected "module:qualname", got {_show(ref)}')
-        module, qualname = ref.split(":")
-        if module == "builtins" and kind is _EXCEPTION:
-            found = _lookup(sys.modules["builtins"], qualname)
-        elif module in self.allowed:
-            try:
-                mod = sys.modules.get(module) or importlib.import_module(module)
-            except Exception as error:
-                raise SnapshotDataError(where, f"cannot import {module}: {error}") from None
-            found = _lookup(mod, qualname)
-        else:
-            raise SnapshotDataError(where, f"module {module!r} is not among the allowed modules")
-        if not (
-            isinstance(found, type)
-            and kind.test(found)
-            and found.__module__ == module
-            and found.__qualname__ == qualname
-        ):
-            raise SnapshotDataError(where, f"{ref} is not {kind.name} defined there")
-        self.classes[(ref, kind)] = found
-        return found
-
-    def call(self, idx: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        """Run a constructor on decoded values; any failure is bad data at objects[idx]."""
-        try:
-            return fn(*args, **kwargs)
-        except Exception as error:
-            raise SnapshotDataError(f"objects[{idx}]", f"cannot restore: {type(error).__name__}: {error}") from None
 
 
 class _Kind(NamedTuple):
@@ -636,249 +543,387 @@ _DATACLASS = _Kind("a dataclass", lambda c: dataclasses.is_dataclass(c) and c.__
 _EXCEPTION = _Kind("an exception", lambda c: issubclass(c, BaseException))
 
 
-def _dec_list(d: _Decoder, entry: dict, idx: int) -> list:
-    out = d.built[idx] = []
-    out.extend(d.items(entry, idx))
+class _Child:
+    """decode_child for the extension; `created(obj)` publishes a two-phase object for cycles."""
+
+    __slots__ = ("dec", "slot")
+
+    def __init__(self, dec: _Decoder, slot: int | None) -> None:
+        self.dec = dec
+        self.slot = slot
+
+    def __call__(self, x: Any, path: str) -> Any:
+        return self.dec.val(x, path)
+
+    def created(self, obj: Any) -> None:
+        if self.slot is not None:
+            self.dec.built[self.slot] = obj
+
+
+class _Decoder:
+    __slots__ = ("allowed", "built", "classes", "extension", "objects", "size", "val")
+
+    def __init__(self, objects: list, allowed: frozenset[str], extension: DecodeExtension | None) -> None:
+        self.objects = objects
+        self.size = len(objects)
+        self.built: list[Any] = [_TODO] * self.size
+        self.allowed = allowed
+        self.extension = extension
+        self.classes: dict[tuple[str, _Kind], type] = {}
+        self.val = self.value  # one bound method, handed to handlers
+
+    def value(self, x: Any, path: Any, slot: int | None = None) -> Any:
+        """Decode one JSON value; `slot` is its table index when it is a table entry."""
+        t = type(x)
+        if t in _SCALARS:
+            return x
+        if t is dict:
+            if "$" in x:
+                return self.ref(x["$"] if len(x) == 1 else None, path, slot)
+            out = {}
+            if slot is not None:
+                self.built[slot] = out
+            val = self.val
+            for k, v in x.items():
+                out[k] = v if type(v) in _SCALARS else val(v, (path, k))
+            return out
+        if t is list and x:
+            tag = x[0]
+            if type(tag) is str:
+                handler = _DECODERS.get(tag)
+                if handler is None:
+                    raise SnapshotDataError(_fmt((path, 0)), f"unknown tag {_show(tag)}")
+                return handler(self, x, path, slot)
+            if len(x) == 1:
+                return self.ref(tag, path, slot)
+        raise SnapshotDataError(_fmt(path), f"expected a JSON scalar, object or tagged array, got {_show(x)}")
+
+    def ref(self, n: Any, path: Any, slot: int | None) -> Any:
+        if slot is not None or type(n) is not int or not 0 <= n < self.size:
+            raise SnapshotDataError(_fmt(path), f"expected a reference to one of {self.size} objects, got {_show(n)}")
+        obj = self.built[n]
+        if type(obj) is not _Mark:
+            return obj
+        if obj is _AGAIN:
+            raise SnapshotDataError(f"objects[{n}]", "a cycle that runs through immutable values only")
+        # An immutable met again through a cycle is built once more, inside (as pickle does); the
+        # outer build then finds that object registered and returns it.
+        self.built[n] = _BUSY if obj is _TODO else _AGAIN
+        obj = self.val(self.objects[n], ("objects", n), n)
+        if type(self.built[n]) is _Mark:
+            self.built[n] = obj
+        return self.built[n]
+
+    def items(self, x: list, path: Any, start: int) -> list:
+        val = self.val
+        return [v if type(v) in _SCALARS else val(v, (path, i)) for i, v in enumerate(x[start:], start)]
+
+    def fill(self, out: dict, src: Any, path: Any, allowed: Any = None) -> dict:
+        """Decode a str-keyed payload of values into `out` (registered first, so cycles see it)."""
+        if type(src) is not dict:
+            raise SnapshotDataError(_fmt(path), f"expected an object, got {_show(src)}")
+        val = self.val
+        for k, v in src.items():
+            if allowed is not None and k not in allowed:
+                raise SnapshotDataError(_fmt(path), f"unexpected name {k!r}")
+            out[k] = v if type(v) in _SCALARS else val(v, (path, k))
+        return out
+
+    def cls(self, ref: Any, path: Any, kind: _Kind) -> type:
+        """Resolve "module:qualname" to a class of `kind`, importing only allowed modules."""
+        found = self.classes.get((ref, kind)) if type(ref) is str else None
+        if found is not None:
+            return found
+        where = _fmt(path)
+        if type(ref) is not str or ref.count(":") != 1:
+            raise SnapshotDataError(where, f'expected "module:qualname", got {_show(ref)}')
+        module, qualname = ref.split(":")
+        if module == "builtins" and kind is _EXCEPTION:
+            found = _lookup(sys.modules["builtins"], qualname)
+        elif module in self.allowed:
+            try:
+                found = _lookup(sys.modules.get(module) or importlib.import_module(module), qualname)
+            except Exception as error:
+                raise SnapshotDataError(where, f"cannot import {module}: {error}") from None
+        else:
+            raise SnapshotDataError(where, f"module {module!r} is not among the allowed modules")
+        if not (
+            isinstance(found, type)
+            and found.__module__ == module
+            and found.__qualname__ == qualname
+            and kind.test(found)
+        ):
+            raise SnapshotDataError(where, f"{ref} is not {kind.name} defined there")
+        self.classes[(ref, kind)] = found
+        return found
+
+
+def _shape(x: list, path: Any, low: int, high: int | None = None) -> None:
+    """Check the number of parts after the tag."""
+    high = low if high is None else high
+    if not low <= len(x) - 1 <= high:
+        count = str(low) if low == high else f"{low} to {high}" if high < 99 else f"at least {low}"
+        raise SnapshotDataError(_fmt(path), f"expected {count} parts after the tag {x[0]!r}, got {len(x) - 1}")
+
+
+def _want(value: Any, kind: type | tuple[type, ...], path: Any, i: int, what: str) -> Any:
+    """Check one part's type (bool is not an int here)."""
+    if not isinstance(value, kind) or (type(value) is bool and kind is not bool):
+        raise SnapshotDataError(_fmt((path, i)), f"expected {what}, got {_show(value)}")
+    return value
+
+
+def _call(path: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run a constructor on decoded parts; any failure is bad data at `path`."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as error:
+        raise SnapshotDataError(_fmt(path), f"cannot restore: {type(error).__name__}: {error}") from None
+
+
+def _dec_list(d: _Decoder, x: list, path: Any, slot: int | None) -> list:
+    out = []
+    if slot is not None:
+        d.built[slot] = out
+    out += d.items(x, path, 1)
     return out
 
 
-def _dec_strdict(d: _Decoder, entry: dict, idx: int) -> dict:
-    out = d.built[idx] = {}
-    return d.fill(out, entry, idx)
-
-
-def _dec_pairs(d: _Decoder, entry: dict, idx: int) -> dict:
-    out = d.built[idx] = {}
-    flat = d.items(entry, idx)
+def _dec_pairs(d: _Decoder, x: list, path: Any, slot: int | None) -> dict:
+    out = {}
+    if slot is not None:
+        d.built[slot] = out
+    flat = d.items(x, path, 1)
     if len(flat) % 2:
-        raise SnapshotDataError(f"objects[{idx}].v", "expected key, value pairs (an even length)")
+        raise SnapshotDataError(_fmt(path), "expected key, value pairs (an odd length)")
     for i in range(0, len(flat), 2):
-        d.call(idx, out.__setitem__, flat[i], flat[i + 1])
+        _call((path, i + 1), out.__setitem__, flat[i], flat[i + 1])
     return out
 
 
-def _dec_set(d: _Decoder, entry: dict, idx: int) -> set:
-    out = d.built[idx] = set()
-    d.call(idx, out.update, d.items(entry, idx))
+def _dec_set(d: _Decoder, x: list, path: Any, slot: int | None) -> set:
+    out = set()
+    if slot is not None:
+        d.built[slot] = out
+    _call(path, out.update, d.items(x, path, 1))
     return out
 
 
-def _text(d: _Decoder, entry: dict, idx: int) -> str:
-    return d.field(entry, idx, "v", str, "a string")
+def _parts(*kinds: tuple[Any, str], optional: int = 0) -> Callable[[list, Any, _Decoder], list]:
+    """Decode and type-check a fixed list of parts (the last `optional` ones may be missing)."""
+
+    def parts(d: _Decoder, x: list, path: Any) -> list:
+        _shape(x, path, len(kinds) - optional, len(kinds))
+        values = d.items(x, path, 1)
+        for i, (value, (kind, what)) in enumerate(zip(values, kinds, strict=False), 1):
+            _want(value, kind, path, i, what)
+        return values
+
+    return parts
 
 
-def _ints(d: _Decoder, entry: dict, idx: int, size: int) -> list:
-    values = d.items(entry, idx, size=size)
-    for i, v in enumerate(values):
-        if type(v) is not int:
-            raise SnapshotDataError(f"objects[{idx}].v[{i}]", f"expected an integer, got {_show(v)}")
-    return values
+_TEXT = (str, "a string")
+_INT = (int, "an integer")
+_REAL = ((int, float), "a number")
+_OPT_TEXT = ((str, type(None)), "a string or null")
 
 
-def _dec_bytes(kind: type) -> Callable[[_Decoder, dict, int], Any]:
-    return lambda d, entry, idx: kind(d.call(idx, binascii.a2b_base64, _text(d, entry, idx), strict_mode=True))
+def _simple(fn: Callable, *kinds: tuple[Any, str], optional: int = 0) -> Callable:
+    """A builtin type rebuilt by calling `fn` on its checked parts."""
+    parts = _parts(*kinds, optional=optional)
+    return lambda d, x, path, slot: _call(path, fn, *parts(d, x, path))
 
 
-def _dec_clock(kind: type) -> Callable[[_Decoder, dict, int], Any]:
-    def handler(d: _Decoder, entry: dict, idx: int) -> Any:
-        naive = d.call(idx, kind.fromisoformat, _text(d, entry, idx))
+def _b64decode(text: str) -> bytes:
+    return binascii.a2b_base64(text, strict_mode=True)
+
+
+def _dec_clock(kind: type) -> Callable:
+    parts = _parts(_TEXT, ((tzinfo, type(None)), "a time zone"), ((int,), "0 or 1"), optional=2)
+
+    def handler(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+        text, zone, fold = [*parts(d, x, path), None, 0][:3]
+        naive = _call((path, 1), kind.fromisoformat, text)
         if naive.tzinfo is not None:
-            raise SnapshotDataError(f"objects[{idx}].v", "expected ISO text without an offset (it goes in 'z')")
-        zone = d.val(entry["z"], idx, "z") if "z" in entry else None
-        if zone is not None and not isinstance(zone, tzinfo):
-            raise SnapshotDataError(f"objects[{idx}].z", f"expected a time zone, got {_show(zone)}")
-        fold = entry.get("f", 0)
-        if fold not in (0, 1) or type(fold) is bool:
-            raise SnapshotDataError(f"objects[{idx}].f", f"expected 0 or 1, got {_show(fold)}")
-        return naive.replace(tzinfo=zone, fold=fold)
+            raise SnapshotDataError(_fmt((path, 1)), "expected ISO text without an offset (the zone comes next)")
+        return _call(path, naive.replace, tzinfo=zone, fold=fold)
 
     return handler
 
 
-def _dec_timezone(d: _Decoder, entry: dict, idx: int) -> timezone:
-    seconds, micros = _ints(d, entry, idx, 2)
-    offset = d.call(idx, timedelta, seconds=seconds, microseconds=micros)
-    if "n" not in entry:
-        return d.call(idx, timezone, offset)
-    return d.call(idx, timezone, offset, d.field(entry, idx, "n", str, "a string"))
+def _dec_timezone(d: _Decoder, x: list, path: Any, slot: int | None) -> timezone:
+    seconds, micros, *name = _parts(_INT, _INT, _TEXT, optional=1)(d, x, path)
+    return _call(path, timezone, _call(path, timedelta, seconds=seconds, microseconds=micros), *name)
 
 
-def _dec_number(kind: type, size: int, types_: tuple[type, ...]) -> Callable[[_Decoder, dict, int], Any]:
-    """Fraction, complex, range: a fixed number of numeric parts."""
-
-    def handler(d: _Decoder, entry: dict, idx: int) -> Any:
-        parts = d.items(entry, idx, size=size)
-        for i, v in enumerate(parts):
-            if type(v) not in types_:
-                raise SnapshotDataError(f"objects[{idx}].v[{i}]", f"expected a number, got {_show(v)}")
-        return d.call(idx, kind, *parts)
-
-    return handler
-
-
-def _dec_enum(d: _Decoder, entry: dict, idx: int) -> Enum:
-    cls = d.cls(entry, idx, _ENUM)
-    if "n" in entry:
-        member = cls.__members__.get(d.field(entry, idx, "n", str, "a member name"))
+def _dec_enum(d: _Decoder, x: list, path: Any, slot: int | None) -> Enum:
+    _shape(x, path, 2, 3)
+    cls = d.cls(x[1], (path, 1), _ENUM)
+    name = _want(x[2], (str, type(None)), path, 2, "a member name or null")
+    if name is not None and len(x) == 3:
+        member = cls.__members__.get(name)
         if member is None:
-            raise SnapshotDataError(f"objects[{idx}].n", f"{cls.__qualname__} has no member {entry['n']!r}")
+            raise SnapshotDataError(_fmt((path, 2)), f"{cls.__qualname__} has no member {name!r}")
         return member
-    if not issubclass(cls, Flag):
-        raise SnapshotDataError(f"objects[{idx}]", f"expected a member name 'n' for {cls.__qualname__}")
-    return d.call(idx, cls, d.val(entry.get("v"), idx))
+    if name is not None or len(x) != 4 or not issubclass(cls, Flag):
+        raise SnapshotDataError(_fmt(path), f"expected [tag, class, name] or a Flag's [tag, class, null, value]")
+    return _call(path, cls, d.val(x[3], (path, 3)))
 
 
-def _dec_model(d: _Decoder, entry: dict, idx: int) -> BaseModel:
-    cls = d.cls(entry, idx, _MODEL)
+def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
+    _shape(x, path, 3, 5)
+    cls = d.cls(x[1], (path, 1), _MODEL)
     names = _model_fields(cls)
-    obj = d.built[idx] = d.call(idx, cls.__new__, cls)
-    state: dict = {}
-    fields_set = d.field(entry, idx, "s", list, "a list of field names")
+    fields_set = _want(x[3], list, path, 3, "a list of field names")
+    extra, private = [*x[4:], None, None][:2]
     if not all(type(name) is str for name in fields_set):
-        raise SnapshotDataError(f"objects[{idx}].s", f"expected field names, got {_show(fields_set)}")
-    fields_set = set(fields_set)
-    if "x" in entry and cls.model_config.get("extra") != "allow":
-        raise SnapshotDataError(f"objects[{idx}].x", f"{cls.__qualname__} does not allow extra fields")
+        raise SnapshotDataError(_fmt((path, 3)), f"expected field names, got {_show(fields_set)}")
+    if extra is not None and cls.model_config.get("extra") != "allow":
+        raise SnapshotDataError(_fmt((path, 4)), f"{cls.__qualname__} does not allow extra fields")
+    obj = _call(path, cls.__new__, cls)
+    if slot is not None:
+        d.built[slot] = obj
+    state: dict = {}
     setattr_ = object.__setattr__
     setattr_(obj, "__dict__", state)
-    setattr_(obj, "__pydantic_fields_set__", fields_set)
-    setattr_(obj, "__pydantic_extra__", None if "x" not in entry else d.fill({}, entry, idx, "x"))
+    setattr_(obj, "__pydantic_fields_set__", set(fields_set))
+    setattr_(obj, "__pydantic_extra__", None if extra is None else d.fill({}, extra, (path, 4)))
     setattr_(obj, "__pydantic_private__", None)
-    if "p" in entry:
-        setattr_(obj, "__pydantic_private__", d.fill({}, entry, idx, "p", cls.__private_attributes__))
-    d.fill(state, entry, idx, "v", names)
+    if private is not None:
+        setattr_(obj, "__pydantic_private__", d.fill({}, private, (path, 5), cls.__private_attributes__))
+    d.fill(state, x[2], (path, 2), names)
     if len(state) != len(names):
-        raise SnapshotDataError(f"objects[{idx}].v", f"missing fields {sorted(names - state.keys())}")
-    if not fields_set <= names | (obj.__pydantic_extra__ or {}).keys():
-        raise SnapshotDataError(f"objects[{idx}].s", f"unknown names {sorted(fields_set - names)}")
+        raise SnapshotDataError(_fmt((path, 2)), f"missing fields {sorted(names - state.keys())}")
     return obj
 
 
-def _dec_dataclass(d: _Decoder, entry: dict, idx: int) -> Any:
-    cls = d.cls(entry, idx, _DATACLASS)
-    obj = d.built[idx] = d.call(idx, object.__new__, cls)
-    for name, value in d.fill({}, entry, idx, "v", _dataclass_fields(cls)).items():
+def _dec_dataclass(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 2, 3)
+    cls = d.cls(x[1], (path, 1), _DATACLASS)
+    obj = _call(path, object.__new__, cls)
+    if slot is not None:
+        d.built[slot] = obj
+    for name, value in d.fill({}, x[2], (path, 2), _dataclass_fields(cls)).items():
         object.__setattr__(obj, name, value)
-    if "a" in entry:
+    if len(x) == 4:
         if not hasattr(obj, "__dict__"):
-            raise SnapshotDataError(f"objects[{idx}].a", f"{cls.__qualname__} instances have no __dict__")
-        d.fill(obj.__dict__, entry, idx, "a")
+            raise SnapshotDataError(_fmt((path, 3)), f"{cls.__qualname__} instances have no __dict__")
+        d.fill(obj.__dict__, x[3], (path, 3))
     return obj
 
 
-def _dec_exception(d: _Decoder, entry: dict, idx: int) -> BaseException:
-    cls = d.cls(entry, idx, _EXCEPTION)
-    args = d.items(entry, idx, "a")
+def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseException:
+    _shape(x, path, 7)
+    cls = d.cls(x[1], (path, 1), _EXCEPTION)
+    args = d.items(_want(x[2], list, path, 2, "a list of args"), (path, 2), 0)
+    keywords = d.fill({}, x[7], (path, 7))
     if cls.__module__ == "builtins":
-        keywords = d.fill({}, entry, idx, "k") if "k" in entry else {}
-        if issubclass(cls, OSError) and keywords:
+        if issubclass(cls, OSError) and keywords:  # OSError(errno, strerror, filename, winerror, filename2)
             if len(args) != 2 or not keywords.keys() <= {"filename", "filename2"}:
-                raise SnapshotDataError(f"objects[{idx}].k", "expected filename(s) with (errno, strerror) args")
+                raise SnapshotDataError(_fmt((path, 7)), "expected filename(s) with args (errno, strerror)")
             args = [*args, keywords.get("filename"), None, keywords.get("filename2")]
             keywords = {}
-        obj = d.call(idx, cls, *args, **keywords)
-    else:  # a user class: no __init__, like dataclasses; attributes come back through __dict__
-        obj = d.call(idx, cls.__new__, cls, *args)
+        obj = _call(path, cls, *args, **keywords)
+    else:  # a user class: no __init__, like dataclasses; its attributes come back through __dict__
+        if keywords:
+            raise SnapshotDataError(_fmt((path, 7)), "keywords are for builtin exceptions only")
+        obj = _call(path, cls.__new__, cls, *args)
         obj.args = tuple(args)
-    if type(d.built[idx]) is not _Mark:
-        return d.built[idx]  # built inside a cycle through its args
-    d.built[idx] = obj
-    if "d" in entry:
-        d.fill(obj.__dict__, entry, idx, "d")
-    for name, attr in (("ca", "__cause__"), ("cx", "__context__")):
-        if name in entry:
-            value = d.val(entry[name], idx, name)
-            if not isinstance(value, BaseException):
-                raise SnapshotDataError(f"objects[{idx}].{name}", f"expected an exception, got {_show(value)}")
-            setattr(obj, attr, value)
-    obj.__suppress_context__ = d.field(entry, idx, "sc", bool, "true") if "sc" in entry else False
+    if slot is not None:
+        if type(d.built[slot]) is not _Mark:
+            return d.built[slot]  # already built inside a cycle through its args
+        d.built[slot] = obj
+    d.fill(obj.__dict__, x[3], (path, 3))
+    for i, attr in ((4, "__cause__"), (5, "__context__")):
+        _call((path, i), setattr, obj, attr, d.val(x[i], (path, i)))
+    obj.__suppress_context__ = _want(x[6], bool, path, 6, "true or false")
     return obj
 
 
-def _dec_seq_iter(reverse: bool) -> Callable[[_Decoder, dict, int], Any]:
-    def handler(d: _Decoder, entry: dict, idx: int) -> Any:
-        state = d.items(entry, idx)
-        source = state[0] if state else None
-        if len(state) > 2 or not isinstance(source, _ITER_SOURCES) or (reverse and type(source) is range):
-            raise SnapshotDataError(f"objects[{idx}].v", "expected [sequence] or [sequence, position]")
-        it = d.call(idx, reversed if reverse else iter, state[0])
-        if len(state) == 2:
-            if type(state[1]) is not int:
-                raise SnapshotDataError(f"objects[{idx}].v[1]", f"expected a position, got {_show(state[1])}")
-            d.call(idx, it.__setstate__, state[1])
-        return it
+def _dec_seq_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    reverse = x[0] == "R"
+    source, *position = _parts((_ITER_SOURCES, "a sequence"), _INT, optional=1)(d, x, path)
+    if reverse and type(source) is range:
+        raise SnapshotDataError(_fmt((path, 1)), "a reversed range is a forward iterator over another range")
+    it = _call(path, reversed if reverse else iter, source)
+    if position:
+        _call((path, 2), it.__setstate__, position[0])
+    return it
+
+
+def _dec_call(fn: Callable, low: int, high: int) -> Callable:
+    """enumerate, count, repeat: call the builtin with the decoded arguments."""
+
+    def handler(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+        _shape(x, path, low, high)
+        return _call(path, fn, *d.items(x, path, 1))
 
     return handler
 
 
-def _dec_reduced(kind: Callable, arity: tuple[int, ...]) -> Callable[[_Decoder, dict, int], Any]:
-    """enumerate, zip, count, repeat: call the builtin with the decoded arguments."""
-
-    def handler(d: _Decoder, entry: dict, idx: int) -> Any:
-        args = d.items(entry, idx)
-        if arity and len(args) not in arity:
-            raise SnapshotDataError(f"objects[{idx}].v", f"expected {' or '.join(map(str, arity))} items")
-        if "s" in entry:
-            return d.call(idx, kind, *args, strict=d.field(entry, idx, "s", bool, "true"))
-        return d.call(idx, kind, *args)
-
-    return handler
+def _dec_zip(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 1, 99)
+    return _call(path, zip, *d.items(x, path, 2), strict=_want(x[1], bool, path, 1, "true or false"))
 
 
-def _dec_chain(d: _Decoder, entry: dict, idx: int) -> Any:
-    state = d.items(entry, idx)
+def _dec_chain(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 0, 2)
     chain = itertools.chain()
-    if state:
-        d.call(idx, chain.__setstate__, tuple(state))
+    if len(x) > 1:
+        _call(path, chain.__setstate__, tuple(d.items(x, path, 1)))
     return chain
 
 
-def _dec_mapped(kind: type) -> Callable[[_Decoder, dict, int], Any]:
-    def handler(d: _Decoder, entry: dict, idx: int) -> Any:
-        name = entry.get("f")
-        if not ((name is None and kind is filter) or (type(name) is str and name in _SAFE_FUNCS)):
-            raise SnapshotDataError(f"objects[{idx}].f", f"not a function that may travel: {_show(name)}")
-        return d.call(idx, kind, _SAFE_FUNCS.get(name), *d.items(entry, idx))
-
-    return handler
+def _dec_mapped(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 2, 99)
+    kind, name = (map, x[1]) if x[0] == "mp" else (filter, x[1])
+    if not ((name is None and kind is filter) or (type(name) is str and name in _SAFE_FUNCS)):
+        raise SnapshotDataError(_fmt((path, 1)), f"not a function that may travel: {_show(name)}")
+    return _call(path, kind, _SAFE_FUNCS.get(name), *d.items(x, path, 2))
 
 
-_INTS = (int,)
-_REALS = (int, float)
-_DECODERS: dict[str, Callable[[_Decoder, dict, int], Any]] = {
+def _dec_extension(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 1)
+    if d.extension is None or type(x[1]) is not dict:
+        raise SnapshotDataError(_fmt((path, 1)), "an extension entry, but no codec extension was given")
+    return d.extension(x[1], _Child(d, slot), _fmt((path, 1)))
+
+
+_DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
     "l": _dec_list,
-    "o": _dec_strdict,
     "d": _dec_pairs,
-    "u": lambda d, entry, idx: tuple(d.items(entry, idx)),
+    "u": lambda d, x, path, slot: tuple(d.items(x, path, 1)),
     "s": _dec_set,
-    "fs": lambda d, entry, idx: d.call(idx, frozenset, d.items(entry, idx)),
-    "i": lambda d, entry, idx: d.call(idx, int, _text(d, entry, idx), 16),
-    "b": _dec_bytes(bytes),
-    "ba": _dec_bytes(bytearray),
+    "fs": lambda d, x, path, slot: _call(path, frozenset, d.items(x, path, 1)),
+    "f": _simple(_NONFINITE.__getitem__, _TEXT),
+    "i": _simple(lambda text: int(text, 16), _TEXT),
+    "b": _simple(_b64decode, _TEXT),
+    "ba": _simple(lambda text: bytearray(_b64decode(text)), _TEXT),
     "dt": _dec_clock(datetime),
     "tm": _dec_clock(time),
-    "da": lambda d, entry, idx: d.call(idx, date.fromisoformat, _text(d, entry, idx)),
-    "td": lambda d, entry, idx: d.call(idx, timedelta, *_ints(d, entry, idx, 3)),
+    "da": _simple(date.fromisoformat, _TEXT),
+    "td": _simple(timedelta, _INT, _INT, _INT),
     "tz": _dec_timezone,
-    "zi": lambda d, entry, idx: d.call(idx, ZoneInfo, _text(d, entry, idx)),
-    "dec": lambda d, entry, idx: d.call(idx, Decimal, _text(d, entry, idx)),
-    "uu": lambda d, entry, idx: d.call(idx, uuid.UUID, hex=_text(d, entry, idx)),
-    "fr": _dec_number(Fraction, 2, _INTS),
-    "c": _dec_number(complex, 2, _REALS),
-    "rg": _dec_number(range, 3, _INTS),
+    "zi": _simple(ZoneInfo, _TEXT),
+    "dec": _simple(Decimal, _TEXT),
+    "uu": _simple(lambda text: uuid.UUID(hex=text), _TEXT),
+    "fr": _simple(Fraction, _INT, _INT),
+    "c": _simple(complex, _REAL, _REAL),
+    "rg": _simple(range, _INT, _INT, _INT),
     "e": _dec_enum,
     "m": _dec_model,
     "dc": _dec_dataclass,
     "x": _dec_exception,
-    "I": _dec_seq_iter(False),
-    "R": _dec_seq_iter(True),
-    "en": _dec_reduced(enumerate, (2,)),
-    "zp": _dec_reduced(zip, ()),
-    "cn": _dec_reduced(itertools.count, (1, 2)),
-    "rp": _dec_reduced(itertools.repeat, (1, 2)),
+    "I": _dec_seq_iter,
+    "R": _dec_seq_iter,
+    "en": _dec_call(enumerate, 2, 2),
+    "zp": _dec_zip,
+    "cn": _dec_call(itertools.count, 1, 2),
+    "rp": _dec_call(itertools.repeat, 1, 2),
     "ch": _dec_chain,
-    "mp": _dec_mapped(map),
-    "fl": _dec_mapped(filter),
+    "mp": _dec_mapped,
+    "fl": _dec_mapped,
+    "@": _dec_extension,
 }
 
 
@@ -893,10 +938,10 @@ def decode(data: Any, *, allowed_modules: frozenset[str], extension: DecodeExten
         raise SnapshotDataError("objects", f"expected a list, got {_show(objects)}")
     d = _Decoder(objects, frozenset(allowed_modules), extension)
     try:
-        # Children follow their parents in the table, so building from the end needs almost no recursion.
-        for idx in range(d.size - 1, -1, -1):
-            if d.built[idx] is _TODO:
-                d.build(idx)
-        return {name: d.val(x, None, None, name) for name, x in roots.items()}
+        out = {name: d.val(x, ("roots", name)) for name, x in roots.items()}
+        for n in range(d.size):  # entries nothing referred to are still checked
+            if d.built[n] is _TODO:
+                d.ref(n, "objects", None)
     except RecursionError:
-        raise SnapshotDataError("objects", "references nested too deeply to rebuild") from None
+        raise SnapshotDataError("data", "nested too deeply to rebuild") from None
+    return out

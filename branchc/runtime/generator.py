@@ -49,11 +49,30 @@ class FunctionMeta:
     pending_vars: dict[int, list[str]]
     body_code: types.CodeType
     filename: str
+    restorable: frozenset[str] = frozenset()
+    live: dict[int, frozenset[str]] = field(default_factory=dict)
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
     def ref(self) -> str:
         return f"{self.module}:{self.qualname}"
+
+
+def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, globals_: dict) -> FunctionMeta:
+    return FunctionMeta(
+        module=module,
+        qualname=qualname,
+        hash=info["hash"],
+        kind=info["kind"],
+        sites=info["sites"],
+        handler_vars=info["handler_vars"],
+        pending_vars=info["pending_vars"],
+        body_code=body,
+        filename=body.co_filename,
+        restorable=frozenset(info["locals"]),
+        live={label: frozenset(names) for label, names in info.get("live", {}).items()},
+        globals=globals_,
+    )
 
 
 _BY_CODE: dict[types.CodeType, FunctionMeta] = {}
@@ -64,20 +83,8 @@ def compiled(table: dict[str, dict], qualname: str):
     """Decorator the splitter puts on each compiled function: registers its metadata."""
 
     def register(fn: types.FunctionType) -> types.FunctionType:
-        info = table[qualname]
         body = next(c for c in fn.__code__.co_consts if isinstance(c, types.CodeType) and c.co_name == "_bc_body")
-        meta = FunctionMeta(
-            module=fn.__module__,
-            qualname=qualname,
-            hash=info["hash"],
-            kind=info["kind"],
-            sites=info["sites"],
-            handler_vars=info["handler_vars"],
-            pending_vars=info["pending_vars"],
-            body_code=body,
-            filename=fn.__code__.co_filename,
-            globals=fn.__globals__,
-        )
+        meta = _make_meta(table[qualname], fn.__module__, qualname, body, fn.__globals__)
         _BY_CODE[body] = meta
         _BY_REF.setdefault(meta.ref, meta)
         fn.__branchc_compiled__ = True  # type: ignore[attr-defined]
@@ -140,7 +147,11 @@ class ResumableGenerator:
         if inspect.getgeneratorstate(gen) == inspect.GEN_CREATED:
             return "created", 0, {k: v for k, v in local_values.items() if not k.startswith("_bc_R")}
         label = local_values["_bc_label"]
-        values = {k: v for k, v in local_values.items() if k not in _FRAME_INTERNALS}
+        live = _BY_CODE[gen.gi_code].live.get(label)
+        if live is None:
+            values = {k: v for k, v in local_values.items() if k not in _FRAME_INTERNALS}
+        else:
+            values = {k: local_values[k] for k in live if k in local_values}
         return "suspended", label, values
 
     def free_values(self) -> dict[str, Any]:
@@ -279,19 +290,7 @@ def _find_nested(ref: str) -> FunctionMeta | None:
     while codes:
         code = codes.pop()
         if code.co_qualname == target:
-            info = table[qualname]
-            meta = FunctionMeta(
-                module=module_name,
-                qualname=qualname,
-                hash=info["hash"],
-                kind=info["kind"],
-                sites=info["sites"],
-                handler_vars=info["handler_vars"],
-                pending_vars=info["pending_vars"],
-                body_code=code,
-                filename=code.co_filename,
-                globals=vars(module),
-            )
+            meta = _make_meta(table[qualname], module_name, qualname, code, vars(module))
             _BY_CODE[code] = meta
             _BY_REF[ref] = meta
             return meta

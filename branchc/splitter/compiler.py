@@ -8,8 +8,11 @@ written.
 
 from __future__ import annotations
 
+import ast
+import bisect
 import hashlib
 import symtable
+import types
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -17,6 +20,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .cst import PREFIX, block, contains_yield, simple
 from .diagnostics import CompileError, Diagnostic, Reporter
+from .liveness import live_variables
 from .lower import Lowerer
 from .normalize import Normalizer
 
@@ -35,6 +39,7 @@ class CompiledFunction:
     hash: str
     sites: list[dict] = field(default_factory=list)
     restorable: list[str] = field(default_factory=list)
+    live: dict[int, list[str]] = field(default_factory=dict)
     handler_vars: dict[int, str] = field(default_factory=dict)
     pending_vars: dict[int, list[str]] = field(default_factory=dict)
 
@@ -55,6 +60,26 @@ class CompiledModule:
     code: str
     functions: list[CompiledFunction]
     diagnostics: list[Diagnostic]
+    line_map: dict[int, int]  # generated line -> source line
+
+    def code_object(self, filename: str | None = None) -> types.CodeType:
+        """The module compiled with the source's file name and line numbers, for tracebacks."""
+        tree = ast.parse(self.code)
+        if self.line_map:
+            known = sorted(self.line_map)
+
+            def source_line(line: int) -> int:
+                if line in self.line_map:
+                    return self.line_map[line]
+                index = bisect.bisect_left(known, line)  # a generated line: the next line from the source
+                return self.line_map[known[min(index, len(known) - 1)]]
+
+            for node in ast.walk(tree):
+                if hasattr(node, "lineno"):
+                    start = source_line(node.lineno)
+                    node.lineno = start
+                    node.end_lineno = max(start, source_line(node.end_lineno or node.lineno))
+        return compile(tree, filename or self.path, "exec", dont_inherit=True)
 
 
 def compile_module(source: str, path: str = "<string>") -> CompiledModule:
@@ -64,22 +89,71 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     except cst.ParserSyntaxError as error:
         diagnostic = Diagnostic(path, error.raw_line, error.raw_column + 1, "error", f"syntax error: {error.message}")
         raise CompileError([diagnostic]) from None
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     reporter = Reporter(path, positions)
     finder = _Targets()
     module.visit(finder)
-    splitter = _Splitter(finder, reporter, module)
+    if not finder.resumable and not finder.tool and not finder.modules:
+        return CompiledModule(path, source, [], [], {})
+    splitter = _Splitter(finder, reporter, module, _original_locals(source, path))
     new_module = module.visit(splitter)
     if reporter.errors:
         raise CompileError(reporter.diagnostics)
     if not splitter.functions:
-        return CompiledModule(path, source, [], reporter.diagnostics)
+        return CompiledModule(path, source, [], reporter.diagnostics, {})
     new_module = _insert_header(new_module, splitter.functions)
-    code = new_module.code
-    _fill_restorable(code, path, splitter.functions)
-    code = _add_prologues(code, splitter.functions)
-    return CompiledModule(path, code, splitter.functions, reporter.diagnostics)
+    return CompiledModule(
+        path,
+        new_module.code,
+        splitter.functions,
+        reporter.diagnostics,
+        _line_map(new_module, positions, splitter.origin),
+    )
+
+
+def _original_locals(source: str, path: str) -> dict[str, set[str]]:
+    """qualname -> local names of every function in the source, from CPython's symbol table."""
+    out: dict[str, set[str]] = {}
+
+    def walk(scope: symtable.SymbolTable, prefix: str) -> None:
+        for child in scope.get_children():
+            if child.get_type() == "function":
+                qualname = f"{prefix}{child.get_name()}"
+                out.setdefault(qualname, set()).update(child.get_locals())
+                walk(child, f"{qualname}.<locals>.")
+            elif child.get_type() == "class":
+                walk(child, f"{prefix}{child.get_name()}.")
+
+    walk(symtable.symtable(source, path, "exec"), "")
+    return out
+
+
+def _line_map(module: cst.Module, original: dict, origin: dict) -> dict[int, int]:
+    """Generated line -> source line, for every generated line that carries code from the source."""
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    mapping: dict[int, int] = {}
+    for node, position in positions.items():
+        source = original.get(origin.get(node, node))
+        if source is not None:
+            line = position.start.line
+            mapping[line] = min(mapping.get(line, source.start.line), source.start.line)
+    return mapping
+
+
+def _meta_table(functions: list[CompiledFunction]) -> dict:
+    """What the compiled module embeds for the runtime (branchc.runtime.generator.compiled)."""
+    return {
+        f.qualname: {
+            "kind": f.kind,
+            "hash": f.hash,
+            "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
+            "handler_vars": f.handler_vars,
+            "pending_vars": f.pending_vars,
+            "locals": f.restorable,
+            "live": f.live,
+        }
+        for f in functions
+    }
 
 
 class _Targets(cst.CSTVisitor):
@@ -149,12 +223,22 @@ def _flat_params(params: cst.Parameters) -> list[str]:
 
 
 class _Splitter(cst.CSTTransformer):
-    def __init__(self, targets: _Targets, reporter: Reporter, module: cst.Module) -> None:
+    def __init__(
+        self, targets: _Targets, reporter: Reporter, module: cst.Module, original_locals: dict[str, set[str]]
+    ) -> None:
         self.targets = targets
         self.reporter = reporter
         self.module = module
         self.scopes: list[tuple[str, str]] = []  # (name, "function" | "class")
         self.functions: list[CompiledFunction] = []
+        self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # rebuilt node -> node in the source
+        self.locals = original_locals
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        result = super().on_leave(original, updated)
+        if isinstance(result, cst.CSTNode):
+            self.origin.setdefault(result, original)
+        return result
 
     def qualname(self, name: str) -> str:
         parts: list[str] = []
@@ -185,26 +269,33 @@ class _Splitter(cst.CSTTransformer):
         reporter = self.reporter
         qualname = self.qualname(node.name.value)
         if original.asynchronous is not None:
-            reporter.error(original, f"{qualname} is async; branchc compiles generator functions",
-                           "write it as a plain `def` that yields effects")
+            reporter.error(
+                original,
+                f"{qualname} is async; branchc compiles generator functions",
+                "write it as a plain `def` that yields effects",
+            )
             return node
         statements = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else [node.body]
         docstring: list[cst.BaseStatement] = []
         if statements and _is_docstring(statements[0]):
             docstring, statements = statements[:1], statements[1:]
         if not contains_yield(statements):
-            reporter.error(original, f"{qualname} has no yield, so it is not a generator",
-                           "make it yield effects (`yield ctx.sample(...)`), or drop the decorator")
+            reporter.error(
+                original,
+                f"{qualname} has no yield, so it is not a generator",
+                "make it yield effects (`yield ctx.sample(...)`), or drop the decorator",
+            )
             return node
         declarations, statements = _hoist_declarations(statements)
 
         normalizer = Normalizer()
-        same = _parallel(original, node)  # the transformer rebuilt `node`: map its parts back for positions
-        normalizer.origin.update({new: old for new, old in same.items() if isinstance(new, cst.Yield)})
+        normalizer.origin.update({new: old for new, old in self.origin.items() if isinstance(new, cst.Yield)})
         normalized = normalizer.body(statements)
         for bad, message, hint in normalizer.unsupported:
-            where = same.get(bad, bad)
+            where = self.origin.get(bad, bad)
             reporter.error(where if where in reporter.positions else original, message, hint)
+        if normalizer.unsupported:
+            return node
         lowerer = Lowerer(normalizer.origin)
         lowered = lowerer.block(normalized)
 
@@ -220,42 +311,66 @@ class _Splitter(cst.CSTTransformer):
             )
         compiled.handler_vars = dict(lowerer.handler_vars)
         compiled.pending_vars = {k: list(v) for k, v in lowerer.pending_vars.items()}
-        self.functions.append(compiled)
 
         params = _flat_params(node.params)
+        hidden = _hidden_names(lowered)
+        restorable = sorted((self.locals.get(qualname, set()) | set(params) | hidden) - _INTERNAL)
+        compiled.restorable = restorable
+        live, captured = live_variables(lowered, lowerer.yield_nodes)
+        keep = set(restorable)
+        for site in lowerer.sites:
+            names = set(live.get(site.label, ())) | (captured & keep)
+            names |= set(lowerer.pending_vars.get(site.label, ()))
+            if site.label in lowerer.handler_vars:
+                names.add(lowerer.handler_vars[site.label])
+            if site.delegates:
+                names.add(f"_bc_yf{site.label}")
+            compiled.live[site.label] = sorted(names & keep)
+        self.functions.append(compiled)
+
         body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*params, "_bc_R"]])
-        marker = cst.SimpleStatementLine(body=[cst.Expr(cst.SimpleString(repr(f"{PREFIX}prologue:{qualname}")))])
         body_def = cst.FunctionDef(
             name=cst.Name(f"{PREFIX}body"),
             params=body_params,
-            body=block([*declarations, marker, *lowered]),
+            body=block([*declarations, *_prologue(restorable), *lowered]),
         )
         call_args = ", ".join([*params, "None"])
-        returned = cst.parse_statement(
-            f"return _bc_rt.ResumableGenerator({PREFIX}body({call_args}), {PREFIX}body)\n"
-        )
-        decorator = cst.Decorator(
-            decorator=cst.parse_expression(f"_bc_rt.compiled(_bc_META, {qualname!r})")
-        )
+        returned = cst.parse_statement(f"return _bc_rt.ResumableGenerator({PREFIX}body({call_args}), {PREFIX}body)\n")
+        decorator = cst.Decorator(decorator=cst.parse_expression(f"_bc_rt.compiled(_bc_META, {qualname!r})"))
         return node.with_changes(
             body=block([*docstring, body_def, returned]),
             decorators=[*node.decorators, decorator],
         )
 
 
-def _parallel(original: cst.CSTNode, updated: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
-    """updated node -> original node, for two trees of the same shape (stops where they differ)."""
-    mapping: dict[cst.CSTNode, cst.CSTNode] = {}
-    stack = [(original, updated)]
-    while stack:
-        old, new = stack.pop()
-        if type(old) is not type(new):
-            continue
-        mapping[new] = old
-        old_children, new_children = old.children, new.children
-        if len(old_children) == len(new_children):
-            stack.extend(zip(old_children, new_children, strict=True))
-    return mapping
+def _prologue(restorable: list[str]) -> list[cst.BaseStatement]:
+    """Resuming: take the label to reach and restore each saved variable (unsaved ones stay unbound)."""
+    lines = ["    _bc_T, _bc_L = _bc_R.label, _bc_R.values\n"]
+    lines += [f"    if {n!r} in _bc_L: {n} = _bc_L[{n!r}]\n" for n in restorable]
+    lines.append("    _bc_L = None\n")
+    return [
+        cst.parse_statement("_bc_T = 0\n"),
+        cst.parse_statement("if _bc_R is not None:\n" + "".join(lines)),
+    ]
+
+
+class _HiddenNames(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value.startswith(PREFIX) and node.value != "_bc_rt":
+            self.names.add(node.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+def _hidden_names(statements: list[cst.BaseStatement]) -> set[str]:
+    finder = _HiddenNames()
+    for statement in statements:
+        statement.visit(finder)
+    return finder.names
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:
@@ -313,19 +428,9 @@ def _hoist_declarations(statements):
 
 
 def _insert_header(module: cst.Module, functions: list[CompiledFunction]) -> cst.Module:
-    meta = {
-        f.qualname: {
-            "kind": f.kind,
-            "hash": f.hash,
-            "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
-            "handler_vars": f.handler_vars,
-            "pending_vars": f.pending_vars,
-        }
-        for f in functions
-    }
     header = [
         cst.parse_statement("import branchc.runtime.generator as _bc_rt\n"),
-        cst.parse_statement(f"_bc_META = {meta!r}\n"),
+        cst.parse_statement(f"_bc_META = {_meta_table(functions)!r}\n"),
     ]
     body = list(module.body)
     index = 0
@@ -339,43 +444,3 @@ def _insert_header(module: cst.Module, functions: list[CompiledFunction]) -> cst
     ):
         index += 1
     return module.with_changes(body=[*body[:index], *header, *body[index:]])
-
-
-def _fill_restorable(code: str, path: str, functions: list[CompiledFunction]) -> None:
-    """The locals of each body, read from CPython's own symbol table."""
-    table = symtable.symtable(code, path, "exec")
-    by_qualname: dict[str, symtable.SymbolTable] = {}
-
-    def walk(scope: symtable.SymbolTable, prefix: str) -> None:
-        for child in scope.get_children():
-            if child.get_type() == "function":
-                qualname = f"{prefix}{child.get_name()}"
-                if child.get_name() == f"{PREFIX}body":
-                    by_qualname[prefix.removesuffix(".<locals>.")] = child
-                walk(child, f"{qualname}.<locals>.")
-            elif child.get_type() == "class":
-                walk(child, f"{prefix}{child.get_name()}.")
-
-    walk(table, "")
-    for function in functions:
-        body = by_qualname[function.qualname]
-        function.restorable = [n for n in body.get_locals() if n not in _INTERNAL]
-
-
-def _add_prologues(code: str, functions: list[CompiledFunction]) -> str:
-    """Replace each body's marker with the prologue that restores its saved variables."""
-    by_marker = {repr(f"{PREFIX}prologue:{f.qualname}"): f for f in functions}
-    out = []
-    for line in code.split("\n"):
-        function = by_marker.get(line.strip())
-        if function is not None:
-            indent = line[: len(line) - len(line.lstrip())]
-            out.append(f"{indent}_bc_T = 0")
-            out.append(f"{indent}if _bc_R is not None:")
-            out.append(f"{indent}    _bc_T, _bc_L = _bc_R.label, _bc_R.values")
-            for variable in function.restorable:
-                out.append(f"{indent}    if {variable!r} in _bc_L: {variable} = _bc_L[{variable!r}]")
-            out.append(f"{indent}    _bc_L = None")
-        else:
-            out.append(line)
-    return "\n".join(out)

@@ -79,6 +79,7 @@ class Lowerer:
         self.ids = 0
         self.sites: list[YieldSite] = []
         self.stack: list[_Frame] = []
+        self.yield_nodes: dict[cst.CSTNode, tuple[int, str | None]] = {}  # small statement -> (label, target)
         self.handler_vars: dict[int, str] = {}  # label -> exception var live there
         self.pending_vars: dict[int, list[str]] = {}  # label -> completion vars live there
 
@@ -149,7 +150,10 @@ class Lowerer:
         else:
             value = node.value if node.value is not None else name("None")
             new = node.with_changes(value=expr(f"{{v}} if not {T} else ({T} := 0)", v=paren(value)))
-        suspend = [assign("_bc_label", _int(k)), line.with_changes(body=[small.with_changes(value=new)])]
+        statement = small.with_changes(value=new)
+        target = small.targets[0].target.value if isinstance(small, cst.Assign) else None
+        self.yield_nodes[statement] = (k, target)
+        suspend = [assign("_bc_label", _int(k)), line.with_changes(body=[statement])]
         out.append(if_stmt(expr(f"not {T} or {T} == {k}"), suspend))
         if delegates:
             out.append(assign(f"_bc_yf{k}", name("None")))
@@ -247,6 +251,8 @@ class Lowerer:
         if fin_labels:
             for label in range(f_lo, f_hi + 1):
                 self.pending_vars.setdefault(label, []).append(pend)
+                if "return" in frame.crossing:
+                    self.pending_vars[label].append("_bc_rv")
 
         inner_body: list[cst.BaseStatement] = []
         if h_hi >= h_lo:
@@ -259,8 +265,9 @@ class Lowerer:
             new = node.with_changes(body=block(inner_body), handlers=handlers, orelse=orelse, finalbody=finalbody)
             return self.guard(lo, hi, [new], node)
 
-        outer_body: list[cst.BaseStatement] = [if_stmt(expr(f"{T} and {{rng}}", rng=in_range(f_lo, f_hi)),
-                                                       self.dispatch(pend, ctx, frame.crossing))]
+        outer_body: list[cst.BaseStatement] = [
+            if_stmt(expr(f"{T} and {{rng}}", rng=in_range(f_lo, f_hi)), self.dispatch(pend, ctx, frame.crossing))
+        ]
         if handlers or orelse:
             outer_body.append(cst.Try(body=block(inner_body), handlers=handlers, orelse=orelse))
         else:
@@ -270,8 +277,7 @@ class Lowerer:
             name=cst.AsName(name=name("_bc_x")),
             body=block(
                 [
-                    if_stmt(name(T), [assign(cst.Attribute(value=name("_bc_x"), attr=name("__context__")),
-                                             name(ctx))]),
+                    if_stmt(name(T), [assign(cst.Attribute(value=name("_bc_x"), attr=name("__context__")), name(ctx))]),
                     assign(pend, name("_bc_x")),
                     simple(cst.Raise()),
                 ]
@@ -396,11 +402,15 @@ class Lowerer:
             self.stack.append(_Frame("loop"))
             body = self.plain(list(node.body.body))
             self.stack.pop()
-            orelse = node.orelse.with_changes(body=block(self.plain(list(node.orelse.body.body)))) if node.orelse else None
+            orelse = (
+                node.orelse.with_changes(body=block(self.plain(list(node.orelse.body.body)))) if node.orelse else None
+            )
             return [node.with_changes(body=block(body), orelse=orelse)]
         if isinstance(node, (cst.Try, cst.TryStar)):
             handlers = [h.with_changes(body=block(self.plain(list(h.body.body)))) for h in node.handlers]
-            orelse = node.orelse.with_changes(body=block(self.plain(list(node.orelse.body.body)))) if node.orelse else None
+            orelse = (
+                node.orelse.with_changes(body=block(self.plain(list(node.orelse.body.body)))) if node.orelse else None
+            )
             final = (
                 node.finalbody.with_changes(body=block(self.plain(list(node.finalbody.body.body))))
                 if node.finalbody

@@ -299,8 +299,10 @@ class Normalizer:
             pre.append(assign(owner, target.value))
             store = target.with_changes(value=name(owner))
             load = store
-        elif isinstance(target, cst.Subscript) and len(target.slice) == 1 and isinstance(
-            target.slice[0].slice, cst.Index
+        elif (
+            isinstance(target, cst.Subscript)
+            and len(target.slice) == 1
+            and isinstance(target.slice[0].slice, cst.Index)
         ):
             owner, key = self.temp(), self.temp()
             pre += [assign(owner, target.value), assign(key, target.slice[0].slice.value)]
@@ -363,9 +365,7 @@ class Normalizer:
                 self.refuse(handler, "yield inside an except clause's type", "compute the exception type before try")
             handlers.append(handler.with_changes(body=block(self.body(handler.body.body))))
         orelse = node.orelse.with_changes(body=block(self.body(node.orelse.body.body))) if node.orelse else None
-        final = (
-            node.finalbody.with_changes(body=block(self.body(node.finalbody.body.body))) if node.finalbody else None
-        )
+        final = node.finalbody.with_changes(body=block(self.body(node.finalbody.body.body))) if node.finalbody else None
         return node.with_changes(
             body=block(self.body(node.body.body)), handlers=handlers, orelse=orelse, finalbody=final
         )

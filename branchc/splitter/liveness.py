@@ -1,0 +1,376 @@
+"""Pass 3, liveness: which variables a snapshot at each label must carry.
+
+A control-flow graph (networkx) of the lowered body, read as it runs normally
+(`_bc_T` is 0, so resume guards fold away), with exception edges from every
+statement in a try to its handlers and finally. A variable is live at a label if
+some path from that yield reads it before writing it. The analysis errs on the
+side of keeping: every name read counts as a use, a finally may continue
+anywhere its pending completion could go, and a variable that a nested function
+or lambda captures is kept wherever it is bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import networkx as nx
+
+from .lower import T
+
+__all__ = ["live_variables"]
+
+
+@dataclass
+class _Node:
+    uses: set[str] = field(default_factory=set)
+    defs: set[str] = field(default_factory=set)
+    label: int | None = None
+
+
+class _Names(cst.CSTVisitor):
+    """Reads and writes of one statement or expression; nested scopes count as reads."""
+
+    def __init__(self) -> None:
+        self.uses: set[str] = set()
+        self.defs: set[str] = set()
+        self.captured: set[str] = set()
+        self._nested = 0
+
+    def _store(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            if self._nested:
+                return
+            self.defs.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._store(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._store(target.value)
+        else:
+            target.visit(self)  # obj.attr / obj[key]: the object and key are read
+
+    def visit_Name(self, node: cst.Name) -> None:
+        (self.captured if self._nested else self.uses).add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        node.value.visit(self)
+        for target in node.targets:
+            self._store(target.target)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        if node.value is not None:
+            node.value.visit(self)
+            self._store(node.target)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        node.value.visit(self)
+        node.target.visit(self)
+        self._store(node.target)
+        return False
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
+        node.value.visit(self)
+        self._store(node.target)
+        return False
+
+    def visit_Del(self, node: cst.Del) -> bool:
+        node.target.visit(self)
+        if isinstance(node.target, cst.Name):
+            self.defs.add(node.target.value)
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname else alias.name
+            while isinstance(bound, cst.Attribute):
+                bound = bound.value
+            self.defs.add(bound.value)  # type: ignore[union-attr]
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                self.defs.add(bound.value)  # type: ignore[union-attr]
+        return False
+
+    def visit_Global(self, node: cst.Global) -> bool:
+        return False
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
+        return False
+
+    def _enter(self, node: cst.CSTNode) -> None:
+        self._nested += 1
+
+    def _leave(self, node: cst.CSTNode) -> None:
+        self._nested -= 1
+
+    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _enter
+    leave_Lambda = leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for decorator in node.decorators:
+            decorator.visit(self)
+        node.params.visit(self)  # defaults are read now
+        self._nested += 1
+        node.body.visit(self)
+        self._nested -= 1
+        self.defs.add(node.name.value)
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        if node.default is not None:
+            node.default.visit(self)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        for part in (*node.decorators, *node.bases, *node.keywords):
+            part.visit(self)
+        self._nested += 1
+        node.body.visit(self)
+        self._nested -= 1
+        self.defs.add(node.name.value)
+        return False
+
+
+def _names(*nodes: cst.CSTNode | None) -> _Names:
+    names = _Names()
+    for node in nodes:
+        if node is not None:
+            node.visit(names)
+    return names
+
+
+def _truth(test: cst.BaseExpression) -> bool | None:
+    """The value of a test when `_bc_T` is 0, if the resume guards decide it; None when unknown."""
+    if isinstance(test, cst.Name) and test.value == T:
+        return False
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _truth(test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left, right = _truth(test.left), _truth(test.right)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else (True if left and right else None)
+        return True if True in (left, right) else (False if left is False and right is False else None)
+    if isinstance(test, cst.Comparison) and (
+        (isinstance(test.left, cst.Name) and test.left.value == T)
+        or any(isinstance(c.comparator, cst.Name) and c.comparator.value == T for c in test.comparisons)
+    ):
+        return False  # labels start at 1, so `k <= _bc_T` and `_bc_T == k` are false
+    return None
+
+
+@dataclass
+class _Try:
+    dispatch: int  # where an exception raised inside goes
+    final: int | None  # entry of the finally block, if any
+
+
+class _Graph:
+    def __init__(self, labels: dict[cst.CSTNode, tuple[int, str | None]]) -> None:
+        self.labels = labels
+        self.graph = nx.DiGraph()
+        self.nodes: dict[int, _Node] = {}
+        self.loops: list[tuple[int, list[int]]] = []  # (head, break sources)
+        self.tries: list[_Try] = []
+        self.captured: set[str] = set()
+        self.exit = self.add(_Node())
+
+    def add(self, node: _Node) -> int:
+        ident = len(self.nodes)
+        self.nodes[ident] = node
+        self.graph.add_node(ident)
+        if self.tries:
+            self.graph.add_edge(ident, self.tries[-1].dispatch)
+        return ident
+
+    def link(self, sources: list[int], target: int) -> None:
+        for source in sources:
+            self.graph.add_edge(source, target)
+
+    def stmt(self, names: _Names, preds: list[int], label: int | None = None) -> int:
+        self.captured |= names.captured
+        node = self.add(_Node(names.uses - {T}, names.defs, label))
+        self.link(preds, node)
+        return node
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def block(self, statements, preds: list[int]) -> list[int]:
+        for statement in statements:
+            preds = self.statement(statement, preds)
+        return preds
+
+    def statement(self, node: cst.BaseStatement, preds: list[int]) -> list[int]:
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                preds = self.small(small, preds)
+            return preds
+        if isinstance(node, cst.If):
+            return self.if_(node, preds)
+        if isinstance(node, cst.While):
+            return self.loop(node, preds, _names(node.test), _truth(node.test))
+        if isinstance(node, cst.For):
+            head = _names(node.iter)
+            head.defs |= _names_of_target(node.target)
+            return self.loop(node, preds, head, None)
+        if isinstance(node, (cst.Try, cst.TryStar)):
+            return self.try_(node, preds)
+        if isinstance(node, cst.With):
+            items = _Names()
+            for item in node.items:
+                item.item.visit(items)
+                if item.asname is not None:
+                    items._store(item.asname.name)
+            return self.block(node.body.body, [self.stmt(items, preds)])
+        if isinstance(node, cst.Match):
+            subject = self.stmt(_names(node.subject), preds)
+            outs: list[int] = [subject]
+            for case in node.cases:
+                pattern = _names(case.pattern, case.guard)
+                pattern.defs = set(pattern.uses)  # capture names bind; reading them is harmless to keep
+                outs += self.block(case.body.body, [self.stmt(pattern, [subject])])
+            return outs
+        # def / class: one node
+        return [self.stmt(_names(node), preds)]
+
+    def small(self, node: cst.BaseSmallStatement, preds: list[int]) -> list[int]:
+        label = self.labels.get(node, (None, None))[0]
+        if isinstance(node, cst.Return):
+            self.link([self.stmt(_names(node), preds)], self._return_target())
+            return []
+        if isinstance(node, cst.Raise):
+            self.stmt(_names(node), preds)
+            return []
+        if isinstance(node, (cst.Break, cst.Continue)):
+            jump = self.stmt(_Names(), preds)
+            if self.loops:
+                head, breaks = self.loops[-1]
+                if isinstance(node, cst.Break):
+                    breaks.append(jump)
+                else:
+                    self.graph.add_edge(jump, head)
+            if self.tries and self.tries[-1].final is not None:
+                self.graph.add_edge(jump, self.tries[-1].final)
+            return []
+        return [self.stmt(_names(node), preds, label)]
+
+    def _return_target(self) -> int:
+        for entry in reversed(self.tries):
+            if entry.final is not None:
+                return entry.final
+        return self.exit
+
+    def if_(self, node: cst.If, preds: list[int]) -> list[int]:
+        truth = _truth(node.test)
+        test = self.stmt(_names(node.test), preds)
+        outs: list[int] = []
+        if truth is not False:
+            outs += self.block(node.body.body, [test])
+        if truth is not True:
+            if isinstance(node.orelse, cst.If):
+                outs += self.if_(node.orelse, [test])
+            elif isinstance(node.orelse, cst.Else):
+                outs += self.block(node.orelse.body.body, [test])
+            else:
+                outs.append(test)
+        return outs
+
+    def loop(self, node, preds: list[int], head_names: _Names, truth: bool | None) -> list[int]:
+        head = self.stmt(head_names, preds)
+        breaks: list[int] = []
+        outs: list[int] = []
+        if truth is not False:
+            self.loops.append((head, breaks))
+            tails = self.block(node.body.body, [head])
+            self.loops.pop()
+            self.link(tails, head)
+        if truth is not True:
+            outs += self.block(node.orelse.body.body, [head]) if node.orelse else [head]
+        return outs + breaks
+
+    def try_(self, node: cst.Try, preds: list[int]) -> list[int]:
+        outer = self.tries[-1] if self.tries else None
+        final_entry = self.add(_Node()) if node.finalbody else None
+        dispatch = self.add(_Node())
+        self.tries.append(_Try(dispatch, final_entry))
+        body_out = self.block(node.body.body, preds)
+        self.tries.pop()
+        # handlers and else run outside this try's handlers, but inside its finally
+        if final_entry is not None:
+            self.tries.append(_Try(final_entry, final_entry))
+        outs = self.block(node.orelse.body.body, body_out) if node.orelse else body_out
+        for handler in node.handlers:
+            bind = _Names()
+            if handler.type is not None:
+                handler.type.visit(bind)
+            if handler.name is not None:
+                bind._store(handler.name.name)
+            entry = self.stmt(bind, [dispatch])
+            outs += self.block(handler.body.body, [entry])
+        if final_entry is not None:
+            self.tries.pop()
+        escape = final_entry if final_entry is not None else (outer.dispatch if outer else self.exit)
+        self.graph.add_edge(dispatch, escape)
+        if final_entry is None:
+            return outs
+        self.link(outs, final_entry)
+        final_out = self.block(node.finalbody.body.body, [final_entry])
+        # the pending completion may go anywhere it came from
+        for target in (outer.dispatch if outer else self.exit, self._return_target()):
+            self.link(final_out, target)
+        if self.loops:
+            head, breaks = self.loops[-1]
+            self.link(final_out, head)
+            breaks.extend(final_out)
+        return final_out
+
+
+def _names_of_target(target: cst.BaseExpression) -> set[str]:
+    names = _Names()
+    names._store(target)
+    return names.defs
+
+
+def live_variables(
+    statements: list[cst.BaseStatement], labelled: dict[cst.CSTNode, tuple[int, str | None]]
+) -> tuple[dict[int, set[str]], set[str]]:
+    """(label -> variables live just after that yield, variables captured by nested scopes)."""
+    graph = _Graph(labelled)
+    ends = graph.block(statements, [])
+    graph.link(ends, graph.exit)
+
+    live_in: dict[int, set[str]] = {n: set() for n in graph.nodes}
+    work = list(graph.nodes)
+    while work:
+        ident = work.pop()
+        info = graph.nodes[ident]
+        out: set[str] = set()
+        for succ in graph.graph.successors(ident):
+            out |= live_in[succ]
+        new = info.uses | (out - info.defs)
+        if new != live_in[ident]:
+            live_in[ident] = new
+            work.extend(graph.graph.predecessors(ident))
+
+    targets = {label: target for label, target in labelled.values()}
+    result: dict[int, set[str]] = {}
+    for ident, info in graph.nodes.items():
+        if info.label is not None:
+            out = set().union(*(live_in[s] for s in graph.graph.successors(ident)))
+            target = targets.get(info.label)
+            result[info.label] = out - ({target} if target else set())
+    return result, graph.captured
