@@ -144,5 +144,65 @@ def run(
     print(json.dumps(result, indent=2, ensure_ascii=False))
 
 
+def _print_diagnostics(diagnostics) -> None:
+    for diagnostic in diagnostics:
+        color = "red" if diagnostic.severity == "error" else "yellow"
+        head = f"{diagnostic.path}:{diagnostic.line}:{diagnostic.column}"
+        err.print(f"[bold]{escape(head)}:[/] [{color}]{diagnostic.severity}:[/] {escape(diagnostic.message)}")
+        if diagnostic.hint:
+            err.print(f"  [dim]hint:[/] {escape(diagnostic.hint)}")
+
+
+@app.command()
+def check(
+    sources: Annotated[list[Path], typer.Argument(help="Files or folders (searched recursively).")],
+) -> None:
+    """Report what the compiler would refuse, compiler style; exit 1 when there are errors."""
+    from .splitter.build import check as check_sources
+
+    try:
+        diagnostics = check_sources(sources)
+    except FileNotFoundError as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    _print_diagnostics(diagnostics)
+    errors = sum(d.severity == "error" for d in diagnostics)
+    if errors:
+        err.print(f"[red]{errors} error(s)[/]")
+        raise typer.Exit(1)
+
+
+@app.command(name="compile")
+def compile_(
+    sources: Annotated[list[Path], typer.Argument(help="Files or folders (searched recursively).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the compiled modules and branchc.json.")],
+) -> None:
+    """Compile tools into importable modules in OUT, plus the manifest OUT/branchc.json."""
+    from rich.progress import Progress
+
+    from .splitter.build import build
+
+    interactive = err.is_terminal
+    try:
+        if interactive:
+            with Progress(console=err, transient=True) as bar:
+                task = bar.add_task("compiling", total=None)
+
+                def progress(done: int, total: int, path: str) -> None:
+                    bar.update(task, completed=done, total=total, description=f"compiling {path}")
+
+                result = build(sources, out, progress=progress)
+        else:
+            result = build(sources, out)
+    except FileNotFoundError as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    _print_diagnostics(result.diagnostics)
+    if result.errors:
+        err.print(f"[red]{len(result.errors)} error(s)[/]")
+        raise typer.Exit(1)
+    err.print(f"compiled {len(result.compiled)} module(s), {len(result.cached)} unchanged, into {escape(str(out))}")
+
+
 def main() -> None:
     app(prog_name="branchc")

@@ -58,6 +58,8 @@ import importlib
 import io
 import itertools
 import math
+import os
+import re
 import sys
 import types
 import uuid
@@ -68,7 +70,7 @@ from enum import Enum, Flag
 from fractions import Fraction
 from functools import partial
 from typing import Any, NamedTuple
-from zoneinfo import ZoneInfo
+from zoneinfo import TZPATH, ZoneInfo
 
 from pydantic import BaseModel
 
@@ -658,11 +660,11 @@ class _Decoder:
         return found
 
 
-def _shape(x: list, path: Any, low: int, high: int | None = None) -> None:
-    """Check the number of parts after the tag."""
+def _shape(x: list, path: Any, low: int, high: float | None = None) -> None:
+    """Check the number of parts after the tag (`high` may be math.inf)."""
     high = low if high is None else high
     if not low <= len(x) - 1 <= high:
-        count = str(low) if low == high else f"{low} to {high}" if high < 99 else f"at least {low}"
+        count = str(low) if low == high else f"{low} to {high}" if high < math.inf else f"at least {low}"
         raise SnapshotDataError(_fmt(path), f"expected {count} parts after the tag {x[0]!r}, got {len(x) - 1}")
 
 
@@ -742,7 +744,8 @@ def _dec_clock(kind: type) -> Callable:
     parts = _parts(_TEXT, ((tzinfo, type(None)), "a time zone"), ((int,), "0 or 1"), optional=2)
 
     def handler(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
-        text, zone, fold = [*parts(d, x, path), None, 0][:3]
+        values = parts(d, x, path)
+        text, zone, fold = values + [None, 0][len(values) - 1 :]  # the defaults of what is missing
         naive = _call((path, 1), kind.fromisoformat, text)
         if naive.tzinfo is not None:
             raise SnapshotDataError(_fmt((path, 1)), "expected ISO text without an offset (the zone comes next)")
@@ -756,6 +759,19 @@ def _dec_timezone(d: _Decoder, x: list, path: Any, slot: int | None) -> timezone
     return _call(path, timezone, _call(path, timedelta, seconds=seconds, microseconds=micros), *name)
 
 
+_ZONE_KEY = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
+
+
+def _dec_zoneinfo(d: _Decoder, x: list, path: Any, slot: int | None) -> ZoneInfo:
+    """A zone from the system's tz files; from the tzdata package (an import) only if "tzdata" is allowed."""
+    (key,) = _parts(_TEXT)(d, x, path)
+    if not _ZONE_KEY.fullmatch(key):
+        raise SnapshotDataError(_fmt((path, 1)), f"not a time zone key: {_show(key)}")
+    if "tzdata" not in d.allowed and not any(os.path.isfile(os.path.join(root, key)) for root in TZPATH):
+        raise SnapshotDataError(_fmt((path, 1)), f"time zone {key!r} is not installed here (allow 'tzdata'?)")
+    return _call(path, ZoneInfo, key)
+
+
 def _dec_enum(d: _Decoder, x: list, path: Any, slot: int | None) -> Enum:
     _shape(x, path, 2, 3)
     cls = d.cls(x[1], (path, 1), _ENUM)
@@ -766,7 +782,7 @@ def _dec_enum(d: _Decoder, x: list, path: Any, slot: int | None) -> Enum:
             raise SnapshotDataError(_fmt((path, 2)), f"{cls.__qualname__} has no member {name!r}")
         return member
     if name is not None or len(x) != 4 or not issubclass(cls, Flag):
-        raise SnapshotDataError(_fmt(path), f"expected [tag, class, name] or a Flag's [tag, class, null, value]")
+        raise SnapshotDataError(_fmt(path), "expected [tag, class, name] or a Flag's [tag, class, null, value]")
     return _call(path, cls, d.val(x[3], (path, 3)))
 
 
@@ -862,7 +878,7 @@ def _dec_call(fn: Callable, low: int, high: int) -> Callable:
 
 
 def _dec_zip(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
-    _shape(x, path, 1, 99)
+    _shape(x, path, 1, math.inf)
     return _call(path, zip, *d.items(x, path, 2), strict=_want(x[1], bool, path, 1, "true or false"))
 
 
@@ -875,7 +891,7 @@ def _dec_chain(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
 
 
 def _dec_mapped(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
-    _shape(x, path, 2, 99)
+    _shape(x, path, 2, math.inf)
     kind, name = (map, x[1]) if x[0] == "mp" else (filter, x[1])
     if not ((name is None and kind is filter) or (type(name) is str and name in _SAFE_FUNCS)):
         raise SnapshotDataError(_fmt((path, 1)), f"not a function that may travel: {_show(name)}")
@@ -904,7 +920,7 @@ _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
     "da": _simple(date.fromisoformat, _TEXT),
     "td": _simple(timedelta, _INT, _INT, _INT),
     "tz": _dec_timezone,
-    "zi": _simple(ZoneInfo, _TEXT),
+    "zi": _dec_zoneinfo,
     "dec": _simple(Decimal, _TEXT),
     "uu": _simple(lambda text: uuid.UUID(hex=text), _TEXT),
     "fr": _simple(Fraction, _INT, _INT),

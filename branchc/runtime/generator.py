@@ -58,6 +58,10 @@ class FunctionMeta:
         return f"{self.module}:{self.qualname}"
 
 
+def _is_body(code: types.CodeType) -> bool:
+    return code.co_argcount > 0 and code.co_varnames[code.co_argcount - 1] == "_bc_R"
+
+
 def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, globals_: dict) -> FunctionMeta:
     return FunctionMeta(
         module=module,
@@ -83,10 +87,10 @@ def compiled(table: dict[str, dict], qualname: str):
     """Decorator the splitter puts on each compiled function: registers its metadata."""
 
     def register(fn: types.FunctionType) -> types.FunctionType:
-        body = next(c for c in fn.__code__.co_consts if isinstance(c, types.CodeType) and c.co_name == "_bc_body")
+        body = next(c for c in fn.__code__.co_consts if isinstance(c, types.CodeType) and _is_body(c))
         meta = _make_meta(table[qualname], fn.__module__, qualname, body, fn.__globals__)
         _BY_CODE[body] = meta
-        _BY_REF.setdefault(meta.ref, meta)
+        _BY_REF[meta.ref] = meta  # a reloaded module replaces the old one
         fn.__branchc_compiled__ = True  # type: ignore[attr-defined]
         fn.__branchc_meta__ = meta  # type: ignore[attr-defined]
         return fn
@@ -113,7 +117,7 @@ class ResumableGenerator:
     __next__ = property(attrgetter("_gen.__next__"))
 
     def __repr__(self) -> str:
-        return f"<compiled generator {self._gen.__qualname__.removesuffix('.<locals>._bc_body')}>"
+        return f"<compiled generator {self._gen.__qualname__.removesuffix('.<locals>._bc_body')} at {id(self):#x}>"
 
     gi_frame = property(attrgetter("_gen.gi_frame"))
     gi_running = property(attrgetter("_gen.gi_running"))
@@ -277,7 +281,7 @@ def _find_nested(ref: str) -> FunctionMeta | None:
     table = getattr(module, "_bc_META", None)
     if not table or qualname not in table:
         return None
-    target = f"{qualname}.<locals>._bc_body"
+    targets = {qualname, f"{qualname}.<locals>._bc_body"}
     stack = [c for c in vars(module).values() if isinstance(c, types.FunctionType)]
     stack += [
         m
@@ -289,7 +293,7 @@ def _find_nested(ref: str) -> FunctionMeta | None:
     codes = [f.__code__ for f in stack]
     while codes:
         code = codes.pop()
-        if code.co_qualname == target:
+        if code.co_qualname in targets and _is_body(code):
             meta = _make_meta(table[qualname], module_name, qualname, code, vars(module))
             _BY_CODE[code] = meta
             _BY_REF[ref] = meta

@@ -131,8 +131,12 @@ def _resolve_ref(entry: dict, path: str, allowed: frozenset[str]) -> Any:
     return target
 
 
+#: branchc's own data types, which any snapshot of a tool may hold (messages, sample and elicit results).
+RUNTIME_MODULES = frozenset({"branchc.runtime.messages", "branchc.runtime.elicit"})
+
+
 def _default_allowed() -> frozenset[str]:
-    loaded = {meta.module for meta in _BY_REF.values()}
+    loaded = {meta.module for meta in _BY_REF.values()} | RUNTIME_MODULES
     loaded |= {name for name, module in list(sys.modules.items()) if hasattr(module, "_bc_META")}
     return frozenset(loaded)
 
@@ -147,7 +151,7 @@ def resume(
     """
     if type(data) is not dict or data.get("branchc") != VERSION or set(data) != {"branchc", "graph"}:
         raise SnapshotDataError("data", f'expected {{"branchc": {VERSION}, "graph": {{...}}}}')
-    allowed = frozenset(allowed_modules) if allowed_modules is not None else _default_allowed()
+    allowed = frozenset(allowed_modules) | RUNTIME_MODULES if allowed_modules is not None else _default_allowed()
     pending: list[tuple[ResumableGenerator, Any, str, int, dict, dict]] = []
 
     def extension(entry: dict, child, path: str) -> Any:

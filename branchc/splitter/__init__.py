@@ -21,5 +21,5 @@ def load_source(source: str, module_name: str, filename: str = "<string>") -> ty
     module = types.ModuleType(module_name)
     module.__file__ = filename
     sys.modules[module_name] = module
-    exec(compile(result.code, filename, "exec"), module.__dict__)
+    exec(result.code_object(filename), module.__dict__)
     return module

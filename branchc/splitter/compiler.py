@@ -44,13 +44,22 @@ class CompiledFunction:
     pending_vars: dict[int, list[str]] = field(default_factory=dict)
 
     def manifest(self) -> dict:
+        """This function's entry in branchc.json: its states, suspension points and what each carries."""
         return {
             "qualname": self.qualname,
             "kind": self.kind,
             "line": self.line,
             "hash": self.hash,
-            "sites": self.sites,
-            "locals": self.restorable,
+            "states": [0, *(site["label"] for site in self.sites)],
+            "suspensions": [
+                {
+                    "label": site["label"],
+                    "span": site["span"],
+                    "delegates": site["delegates"],
+                    "live": self.live.get(site["label"], []),
+                }
+                for site in self.sites
+            ],
         }
 
 
@@ -60,26 +69,47 @@ class CompiledModule:
     code: str
     functions: list[CompiledFunction]
     diagnostics: list[Diagnostic]
-    line_map: dict[int, int]  # generated line -> source line
+    line_map: dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
 
     def code_object(self, filename: str | None = None) -> types.CodeType:
-        """The module compiled with the source's file name and line numbers, for tracebacks."""
+        """The module compiled with the source's file name, lines and columns, for tracebacks.
+
+        Each body is renamed after its function, so a traceback reads `in analyze`.
+        """
         tree = ast.parse(self.code)
         if self.line_map:
             known = sorted(self.line_map)
 
-            def source_line(line: int) -> int:
+            def source_line(line: int) -> tuple[int, int | None]:
                 if line in self.line_map:
                     return self.line_map[line]
                 index = bisect.bisect_left(known, line)  # a generated line: the next line from the source
-                return self.line_map[known[min(index, len(known) - 1)]]
+                return self.line_map[known[min(index, len(known) - 1)]][0], None
 
             for node in ast.walk(tree):
-                if hasattr(node, "lineno"):
-                    start = source_line(node.lineno)
-                    node.lineno = start
-                    node.end_lineno = max(start, source_line(node.end_lineno or node.lineno))
-        return compile(tree, filename or self.path, "exec", dont_inherit=True)
+                if not hasattr(node, "lineno"):
+                    continue
+                start, delta = source_line(node.lineno)
+                end, end_delta = source_line(node.end_lineno or node.lineno)
+                node.lineno, node.end_lineno = start, max(start, end)
+                if delta is None or end_delta is None:
+                    node.col_offset = node.end_col_offset = 0
+                else:
+                    node.col_offset = max(0, node.col_offset + delta)
+                    node.end_col_offset = max(0, (node.end_col_offset or 0) + end_delta)
+        return _rename_bodies(compile(tree, filename or self.path, "exec", dont_inherit=True))
+
+
+def is_body(code: types.CodeType) -> bool:
+    """A compiled body: its last positional parameter is the resume record."""
+    return code.co_argcount > 0 and code.co_varnames[code.co_argcount - 1] == "_bc_R"
+
+
+def _rename_bodies(code: types.CodeType, owner: types.CodeType | None = None) -> types.CodeType:
+    consts = tuple(_rename_bodies(c, code) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    if owner is not None and is_body(code):
+        code = code.replace(co_name=owner.co_name, co_qualname=owner.co_qualname)
+    return code.replace(co_consts=consts)
 
 
 def compile_module(source: str, path: str = "<string>") -> CompiledModule:
@@ -128,16 +158,19 @@ def _original_locals(source: str, path: str) -> dict[str, set[str]]:
     return out
 
 
-def _line_map(module: cst.Module, original: dict, origin: dict) -> dict[int, int]:
-    """Generated line -> source line, for every generated line that carries code from the source."""
+def _line_map(module: cst.Module, original: dict, origin: dict) -> dict[int, tuple[int, int]]:
+    """Generated line -> (source line, column shift) for each generated line that carries source code."""
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    mapping: dict[int, int] = {}
+    mapping: dict[int, tuple[int, int, int]] = {}
     for node, position in positions.items():
         source = original.get(origin.get(node, node))
-        if source is not None:
-            line = position.start.line
-            mapping[line] = min(mapping.get(line, source.start.line), source.start.line)
-    return mapping
+        if source is None:
+            continue
+        line, column = position.start.line, position.start.column
+        known = mapping.get(line)
+        if known is None or column < known[2]:
+            mapping[line] = (source.start.line, source.start.column - column, column)
+    return {line: (source_line, delta) for line, (source_line, delta, _) in mapping.items()}
 
 
 def _meta_table(functions: list[CompiledFunction]) -> dict:
@@ -305,9 +338,9 @@ class _Splitter(cst.CSTTransformer):
         ).hexdigest()[:16]
         compiled = CompiledFunction(qualname, kind, line, digest)
         for site in lowerer.sites:
-            site_line, column = reporter.where(site.node)
+            span = reporter.span(site.node)
             compiled.sites.append(
-                {"label": site.label, "line": site_line, "column": column, "delegates": site.delegates}
+                {"label": site.label, "line": span[0], "column": span[1], "span": span, "delegates": site.delegates}
             )
         compiled.handler_vars = dict(lowerer.handler_vars)
         compiled.pending_vars = {k: list(v) for k, v in lowerer.pending_vars.items()}

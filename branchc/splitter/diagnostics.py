@@ -48,6 +48,14 @@ class Reporter:
             return (0, 0)
         return (start.line, start.column + 1)
 
+    def span(self, node: cst.CSTNode) -> list[int]:
+        """[line, column, end line, end column], 1-based columns; zeros when unknown."""
+        try:
+            position = self.positions[node]
+        except KeyError:
+            return [0, 0, 0, 0]
+        return [position.start.line, position.start.column + 1, position.end.line, position.end.column + 1]
+
     def error(self, node: cst.CSTNode, message: str, hint: str = "") -> None:
         line, column = self.where(node)
         self.diagnostics.append(Diagnostic(self.path, line, column, "error", message, hint))
