@@ -80,6 +80,34 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
 
 
 _BY_CODE: dict[types.CodeType, FunctionMeta] = {}
+#: code of functions nested in a compiled body -> (that function, path through co_consts)
+NESTED_CODE: dict[types.CodeType, tuple[FunctionMeta, tuple[int, ...]]] = {}
+
+
+def _register_nested(meta: FunctionMeta) -> None:
+    stack = [(meta.body_code, ())]
+    while stack:
+        code, path = stack.pop()
+        for index, const in enumerate(code.co_consts):
+            if isinstance(const, types.CodeType):
+                NESTED_CODE[const] = (meta, (*path, index))
+                stack.append((const, (*path, index)))
+
+
+def nested_code(meta: FunctionMeta, path: Any) -> types.CodeType | None:
+    """The code object at `path` inside `meta`'s body (None if the path leads nowhere)."""
+    code = meta.body_code
+    if not isinstance(path, list) or not path:
+        return None
+    for index in path:
+        if type(index) is not int or not 0 <= index < len(code.co_consts):
+            return None
+        code = code.co_consts[index]
+        if not isinstance(code, types.CodeType):
+            return None
+    return code
+
+
 _BY_REF: dict[str, FunctionMeta] = {}
 
 
@@ -91,6 +119,7 @@ def compiled(table: dict[str, dict], qualname: str):
         meta = _make_meta(table[qualname], fn.__module__, qualname, body, fn.__globals__)
         _BY_CODE[body] = meta
         _BY_REF[meta.ref] = meta  # a reloaded module replaces the old one
+        _register_nested(meta)
         fn.__branchc_compiled__ = True  # type: ignore[attr-defined]
         fn.__branchc_meta__ = meta  # type: ignore[attr-defined]
         return fn
@@ -149,7 +178,8 @@ class ResumableGenerator:
             return "done", 0, {}
         local_values = frame.f_locals
         if inspect.getgeneratorstate(gen) == inspect.GEN_CREATED:
-            return "created", 0, {k: v for k, v in local_values.items() if not k.startswith("_bc_R")}
+            skip = _FRAME_INTERNALS.union(gen.gi_code.co_freevars)
+            return "created", 0, {k: v for k, v in local_values.items() if k not in skip}
         label = local_values["_bc_label"]
         live = _BY_CODE[gen.gi_code].live.get(label)
         if live is None:
@@ -158,22 +188,12 @@ class ResumableGenerator:
             values = {k: local_values[k] for k in live if k in local_values}
         return "suspended", label, values
 
-    def free_values(self) -> dict[str, Any]:
-        """The values of the body's closure (a nested @resumable closes over its enclosing function)."""
-        names = self._body.__code__.co_freevars
-        cells = self._body.__closure__ or ()
-        return {n: c.cell_contents for n, c in zip(names, cells, strict=True) if _cell_bound(c)}
+    def free_values(self) -> dict[str, types.CellType]:
+        """The body's closure by name: cells of captured variables, and of enclosing functions."""
+        return dict(zip(self._body.__code__.co_freevars, self._body.__closure__ or (), strict=True))
 
 
 _FRAME_INTERNALS = frozenset({"_bc_T", "_bc_R", "_bc_L", "_bc_label"})
-
-
-def _cell_bound(cell: types.CellType) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018
-    except ValueError:
-        return False
-    return True
 
 
 # -- helpers the compiled code calls ----------------------------------------------------------
@@ -297,17 +317,18 @@ def _find_nested(ref: str) -> FunctionMeta | None:
             meta = _make_meta(table[qualname], module_name, qualname, code, vars(module))
             _BY_CODE[code] = meta
             _BY_REF[ref] = meta
+            _register_nested(meta)
             return meta
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
     return None
 
 
 def make_generator(
-    meta: FunctionMeta, state: str, label: int, values: dict[str, Any], free: dict[str, Any]
+    meta: FunctionMeta, state: str, label: int, values: dict[str, Any], free: dict[str, types.CellType]
 ) -> ResumableGenerator:
     """Rebuild a compiled generator from its raw continuation (no encoding involved)."""
     code = meta.body_code
-    closure = tuple(types.CellType(free[n]) if n in free else types.CellType() for n in code.co_freevars)
+    closure = tuple(free[n] if n in free else types.CellType() for n in code.co_freevars)
     body = types.FunctionType(code, meta.globals, code.co_name, None, closure or None)
     nargs = code.co_argcount - 1
     gen = body(*([None] * nargs), _Resume(label if state == "suspended" else 0, values))

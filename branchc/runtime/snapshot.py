@@ -20,7 +20,15 @@ from typing import Any
 
 from .codec import NotSerializableError, SnapshotDataError, decode, encode
 from .context import Context
-from .generator import _BY_REF, ResumableGenerator, SnapshotError, lookup, make_generator
+from .generator import (
+    _BY_REF,
+    NESTED_CODE,
+    ResumableGenerator,
+    SnapshotError,
+    lookup,
+    make_generator,
+    nested_code,
+)
 
 __all__ = ["NotSerializableError", "SnapshotDataError", "SnapshotError", "resume", "snapshot"]
 
@@ -90,6 +98,23 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
         }
     if isinstance(value, Context):
         return {"t": "ctx"}
+    if isinstance(value, types.CellType):
+        try:
+            return {"t": "cell", "v": child(value.cell_contents, path)}
+        except ValueError:
+            return {"t": "cell"}  # empty: the variable is not bound yet
+    if isinstance(value, types.FunctionType) and value.__code__ in NESTED_CODE:
+        meta, code_path = NESTED_CODE[value.__code__]
+        return {
+            "t": "fn",
+            "in": meta.ref,
+            "hash": meta.hash,
+            "code": list(code_path),
+            "closure": [child(cell, f"{path}.<closure>") for cell in value.__closure__ or ()],
+            "defaults": child(value.__defaults__, f"{path}.__defaults__"),
+            "kwdefaults": child(value.__kwdefaults__, f"{path}.__kwdefaults__"),
+            "dict": child(value.__dict__, f"{path}.__dict__"),
+        }
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         ref = _function_ref(value)
         return {"t": "ref", "ref": ref} if ref else None
@@ -108,6 +133,35 @@ def snapshot(generator: ResumableGenerator) -> dict[str, Any]:
             f"compile its function with `branchc compile` (or mark it @resumable and compile the module)"
         )
     return {"branchc": VERSION, "graph": encode({"gen": generator}, extension=_encode_extension)}
+
+
+def _function(entry: dict, child, path: str, allowed: frozenset[str]) -> types.FunctionType:
+    """A function defined inside a compiled generator: its code by position, its cells shared."""
+    fields = {"t", "in", "hash", "code", "closure", "defaults", "kwdefaults", "dict"}
+    if set(entry) != fields:
+        raise SnapshotDataError(path, f"a function entry has exactly the fields {sorted(fields)}")
+    if type(entry["hash"]) is not str:
+        raise SnapshotDataError(f"{path}.hash", "expected a string")
+    meta = lookup(entry["in"], entry["hash"], allowed)
+    code = nested_code(meta, entry["code"])
+    if code is None:
+        raise SnapshotDataError(f"{path}.code", f"{meta.ref} has no nested function at {entry['code']!r}")
+    if type(entry["closure"]) is not list or len(entry["closure"]) != len(code.co_freevars):
+        raise SnapshotDataError(f"{path}.closure", f"expected {len(code.co_freevars)} cells")
+    closure = tuple(child(cell, f"{path}.closure[{i}]") for i, cell in enumerate(entry["closure"]))
+    if not all(isinstance(cell, types.CellType) for cell in closure):
+        raise SnapshotDataError(f"{path}.closure", "expected cells")
+    defaults = child(entry["defaults"], f"{path}.defaults")
+    kwdefaults = child(entry["kwdefaults"], f"{path}.kwdefaults")
+    attributes = child(entry["dict"], f"{path}.dict")
+    if not (defaults is None or type(defaults) is tuple) or not (kwdefaults is None or type(kwdefaults) is dict):
+        raise SnapshotDataError(path, "defaults must be a tuple and kwdefaults a dict (or null)")
+    if type(attributes) is not dict:
+        raise SnapshotDataError(f"{path}.dict", "expected a dict")
+    function = types.FunctionType(code, meta.globals, code.co_name, defaults, closure or None)
+    function.__kwdefaults__ = kwdefaults
+    function.__dict__.update(attributes)
+    return function
 
 
 def _resolve_ref(entry: dict, path: str, allowed: frozenset[str]) -> Any:
@@ -162,6 +216,16 @@ def resume(
             return context
         if tag == "ref":
             return _resolve_ref(entry, path, allowed)
+        if tag == "cell":
+            if not set(entry) <= {"t", "v"}:
+                raise SnapshotDataError(path, "a cell entry is {t} or {t, v}")
+            cell = types.CellType()
+            child.created(cell)
+            if "v" in entry:
+                cell.cell_contents = child(entry["v"], f"{path}.v")
+            return cell
+        if tag == "fn":
+            return _function(entry, child, path, allowed)
         if tag == "method":
             name = entry.get("name")
             if set(entry) != {"t", "self", "name"} or type(name) is not str or not name.isidentifier():

@@ -141,15 +141,26 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     )
 
 
-def _original_locals(source: str, path: str) -> dict[str, set[str]]:
-    """qualname -> local names of every function in the source, from CPython's symbol table."""
-    out: dict[str, set[str]] = {}
+def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[str]]]:
+    """qualname -> (local names, locals captured by nested scopes) of every function, from CPython's
+    own symbol table."""
+    out: dict[str, tuple[set[str], set[str]]] = {}
+
+    def frees(scope: symtable.SymbolTable) -> set[str]:
+        found = set(scope.get_frees()) if scope.get_type() == "function" else set()
+        for child in scope.get_children():
+            found |= frees(child)
+        return found
 
     def walk(scope: symtable.SymbolTable, prefix: str) -> None:
         for child in scope.get_children():
             if child.get_type() == "function":
                 qualname = f"{prefix}{child.get_name()}"
-                out.setdefault(qualname, set()).update(child.get_locals())
+                names = set(child.get_locals())
+                captured = names & set().union(*(frees(c) for c in child.get_children()))
+                known, known_captured = out.setdefault(qualname, (set(), set()))
+                known |= names
+                known_captured |= captured
                 walk(child, f"{qualname}.<locals>.")
             elif child.get_type() == "class":
                 walk(child, f"{prefix}{child.get_name()}.")
@@ -347,7 +358,13 @@ class _Splitter(cst.CSTTransformer):
 
         params = _flat_params(node.params)
         hidden = _hidden_names(lowered)
-        restorable = sorted((self.locals.get(qualname, set()) | set(params) | hidden) - _INTERNAL)
+        local_names, captured_names = self.locals.get(qualname, (set(), set()))
+        # Variables a nested function captures live in cells of the public function: the body
+        # declares them nonlocal, so a snapshot carries the cells themselves and a resume hands
+        # them back as the body's closure, shared with every function that captured them.
+        captured_names = set(captured_names)
+        body_args = [p for p in params if p not in captured_names]
+        restorable = sorted((local_names | set(params) | hidden) - _INTERNAL - captured_names)
         compiled.restorable = restorable
         live, captured = live_variables(lowered, lowerer.yield_nodes)
         keep = set(restorable)
@@ -361,13 +378,19 @@ class _Splitter(cst.CSTTransformer):
             compiled.live[site.label] = sorted(names & keep)
         self.functions.append(compiled)
 
-        body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*params, "_bc_R"]])
+        body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_R"]])
+        if captured_names:
+            declarations = [cst.parse_statement(f"nonlocal {', '.join(sorted(captured_names))}\n"), *declarations]
         body_def = cst.FunctionDef(
             name=cst.Name(f"{PREFIX}body"),
             params=body_params,
             body=block([*declarations, *_prologue(restorable), *lowered]),
         )
-        call_args = ", ".join([*params, "None"])
+        unbound = sorted(captured_names - set(params))
+        if unbound:  # bound nowhere in the public function yet: make them its (empty) cells
+            nones = ", ".join(["None"] * len(unbound))
+            docstring = [*docstring, cst.parse_statement(f"if False: {', '.join(unbound)} = {nones}\n")]
+        call_args = ", ".join([*body_args, "None"])
         returned = cst.parse_statement(f"return _bc_rt.ResumableGenerator({PREFIX}body({call_args}), {PREFIX}body)\n")
         decorator = cst.Decorator(decorator=cst.parse_expression(f"_bc_rt.compiled(_bc_META, {qualname!r})"))
         return node.with_changes(
