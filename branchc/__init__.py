@@ -32,6 +32,7 @@ from .runtime import (
     run_tool,
     tool,
 )
+from .runtime.snapshot import resume, snapshot
 
 __version__ = "0.1.0"
 __all__ = [
@@ -64,6 +65,8 @@ __all__ = [
     "ToolSpec",
     "__version__",
     "resumable",
+    "resume",
     "run_tool",
+    "snapshot",
     "tool",
 ]

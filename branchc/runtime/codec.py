@@ -548,22 +548,22 @@ _EXCEPTION = _Kind("an exception", lambda c: issubclass(c, BaseException))
 class _Child:
     """decode_child for the extension; `created(obj)` publishes a two-phase object for cycles."""
 
-    __slots__ = ("dec", "slot")
+    __slots__ = ("dec", "node", "slot")
 
-    def __init__(self, dec: _Decoder, slot: int | None) -> None:
+    def __init__(self, dec: _Decoder, node: list, slot: int | None) -> None:
         self.dec = dec
+        self.node = node
         self.slot = slot
 
     def __call__(self, x: Any, path: str) -> Any:
         return self.dec.val(x, path)
 
     def created(self, obj: Any) -> None:
-        if self.slot is not None:
-            self.dec.built[self.slot] = obj
+        self.dec.shell(self.node, self.slot, obj)
 
 
 class _Decoder:
-    __slots__ = ("allowed", "built", "classes", "extension", "objects", "size", "val")
+    __slots__ = ("allowed", "built", "classes", "depth", "extension", "nodes", "objects", "size", "val")
 
     def __init__(self, objects: list, allowed: frozenset[str], extension: DecodeExtension | None) -> None:
         self.objects = objects
@@ -572,6 +572,8 @@ class _Decoder:
         self.allowed = allowed
         self.extension = extension
         self.classes: dict[tuple[str, _Kind], type] = {}
+        self.depth = 0  # table entries under construction
+        self.nodes: dict[int, Any] = {}  # id(JSON node) -> its container, while depth > 0
         self.val = self.value  # one bound method, handed to handlers
 
     def value(self, x: Any, path: Any, slot: int | None = None) -> Any:
@@ -579,12 +581,12 @@ class _Decoder:
         t = type(x)
         if t in _SCALARS:
             return x
+        if self.depth and id(x) in self.nodes:
+            return self.nodes[id(x)]
         if t is dict:
             if "$" in x:
                 return self.ref(x["$"] if len(x) == 1 else None, path, slot)
-            out = {}
-            if slot is not None:
-                self.built[slot] = out
+            out = self.shell(x, slot, {})
             val = self.val
             for k, v in x.items():
                 out[k] = v if type(v) in _SCALARS else val(v, (path, k))
@@ -609,12 +611,28 @@ class _Decoder:
         if obj is _AGAIN:
             raise SnapshotDataError(f"objects[{n}]", "a cycle that runs through immutable values only")
         # An immutable met again through a cycle is built once more, inside (as pickle does); the
-        # outer build then finds that object registered and returns it.
+        # outer build then finds that object registered and returns it. The rebuild meets the same
+        # JSON nodes again: containers already made for them are found in `nodes`.
         self.built[n] = _BUSY if obj is _TODO else _AGAIN
+        self.depth += 1
         obj = self.val(self.objects[n], ("objects", n), n)
+        self.depth -= 1
         if type(self.built[n]) is _Mark:
             self.built[n] = obj
         return self.built[n]
+
+    def shell(self, node: Any, slot: int | None, obj: Any) -> Any:
+        """Publish a container before its children are decoded, so that cycles back to it find it."""
+        if slot is not None:
+            self.built[slot] = obj
+        elif self.depth:
+            self.nodes[id(node)] = obj
+        return obj
+
+    def late(self, node: Any, slot: int | None, obj: Any) -> Any:
+        """Publish an object built from some of its parts, unless a rebuild inside a cycle already did."""
+        known = self.built[slot] if slot is not None else self.nodes.get(id(node), _TODO)
+        return self.shell(node, slot, obj) if type(known) is _Mark else known
 
     def items(self, x: list, path: Any, start: int) -> list:
         val = self.val
@@ -675,7 +693,7 @@ def _want(value: Any, kind: type | tuple[type, ...], path: Any, i: int, what: st
     return value
 
 
-def _call(path: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+def _call(path: Any, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     """Run a constructor on decoded parts; any failure is bad data at `path`."""
     try:
         return fn(*args, **kwargs)
@@ -684,17 +702,13 @@ def _call(path: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 def _dec_list(d: _Decoder, x: list, path: Any, slot: int | None) -> list:
-    out = []
-    if slot is not None:
-        d.built[slot] = out
+    out = d.shell(x, slot, [])
     out += d.items(x, path, 1)
     return out
 
 
 def _dec_pairs(d: _Decoder, x: list, path: Any, slot: int | None) -> dict:
-    out = {}
-    if slot is not None:
-        d.built[slot] = out
+    out = d.shell(x, slot, {})
     flat = d.items(x, path, 1)
     if len(flat) % 2:
         raise SnapshotDataError(_fmt(path), "expected key, value pairs (an odd length)")
@@ -704,9 +718,7 @@ def _dec_pairs(d: _Decoder, x: list, path: Any, slot: int | None) -> dict:
 
 
 def _dec_set(d: _Decoder, x: list, path: Any, slot: int | None) -> set:
-    out = set()
-    if slot is not None:
-        d.built[slot] = out
+    out = d.shell(x, slot, set())
     _call(path, out.update, d.items(x, path, 1))
     return out
 
@@ -796,9 +808,7 @@ def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
         raise SnapshotDataError(_fmt((path, 3)), f"expected field names, got {_show(fields_set)}")
     if extra is not None and cls.model_config.get("extra") != "allow":
         raise SnapshotDataError(_fmt((path, 4)), f"{cls.__qualname__} does not allow extra fields")
-    obj = _call(path, cls.__new__, cls)
-    if slot is not None:
-        d.built[slot] = obj
+    obj = d.shell(x, slot, _call(path, cls.__new__, cls))
     state: dict = {}
     setattr_ = object.__setattr__
     setattr_(obj, "__dict__", state)
@@ -816,9 +826,7 @@ def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
 def _dec_dataclass(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     _shape(x, path, 2, 3)
     cls = d.cls(x[1], (path, 1), _DATACLASS)
-    obj = _call(path, object.__new__, cls)
-    if slot is not None:
-        d.built[slot] = obj
+    obj = d.shell(x, slot, _call(path, object.__new__, cls))
     for name, value in d.fill({}, x[2], (path, 2), _dataclass_fields(cls)).items():
         object.__setattr__(obj, name, value)
     if len(x) == 4:
@@ -845,10 +853,9 @@ def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseExc
             raise SnapshotDataError(_fmt((path, 7)), "keywords are for builtin exceptions only")
         obj = _call(path, cls.__new__, cls, *args)
         obj.args = tuple(args)
-    if slot is not None:
-        if type(d.built[slot]) is not _Mark:
-            return d.built[slot]  # already built inside a cycle through its args
-        d.built[slot] = obj
+    published = d.late(x, slot, obj)
+    if published is not obj:
+        return published  # built already, inside a cycle through its args
     d.fill(obj.__dict__, x[3], (path, 3))
     for i, attr in ((4, "__cause__"), (5, "__context__")):
         _call((path, i), setattr, obj, attr, d.val(x[i], (path, i)))
@@ -902,7 +909,7 @@ def _dec_extension(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     _shape(x, path, 1)
     if d.extension is None or type(x[1]) is not dict:
         raise SnapshotDataError(_fmt((path, 1)), "an extension entry, but no codec extension was given")
-    return d.extension(x[1], _Child(d, slot), _fmt((path, 1)))
+    return d.extension(x[1], _Child(d, x, slot), _fmt((path, 1)))
 
 
 _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {

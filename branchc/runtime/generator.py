@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import Any
 
 from .errors import BranchcError
+from .relocate import relocate
 
 __all__ = [
     "FunctionMeta",
@@ -25,6 +26,7 @@ __all__ = [
     "SnapshotError",
     "compiled",
     "rejoin",
+    "relocate",
     "resume",
     "resume_iter",
     "yf_iter",
@@ -115,6 +117,7 @@ def compiled(table: dict[str, dict], qualname: str):
     """Decorator the splitter puts on each compiled function: registers its metadata."""
 
     def register(fn: types.FunctionType) -> types.FunctionType:
+        fn.__branchc_table__ = (table, qualname)  # type: ignore[attr-defined]
         body = next(c for c in fn.__code__.co_consts if isinstance(c, types.CodeType) and _is_body(c))
         meta = _make_meta(table[qualname], fn.__module__, qualname, body, fn.__globals__)
         _BY_CODE[body] = meta
@@ -125,6 +128,12 @@ def compiled(table: dict[str, dict], qualname: str):
         return fn
 
     return register
+
+
+def reregister(fn: types.FunctionType) -> None:
+    """After `relocate` swapped a compiled function's code: register the new body."""
+    table, qualname = fn.__branchc_table__  # type: ignore[attr-defined]
+    compiled(table, qualname)(fn)
 
 
 class ResumableGenerator:

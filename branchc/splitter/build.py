@@ -1,9 +1,10 @@
 """`branchc compile` / `branchc check`: compile trees of source files, write modules and a manifest.
 
 For each source file, OUT gets a module of the same name (folders keep their
-package structure): the compiled text, readable, plus a hash-checked .pyc whose
-code carries the source's file name and line numbers, so tracebacks point at what
-you wrote. `OUT/branchc.json` describes every compiled function and every tool.
+package structure): the compiled text, readable, which on import gives its
+functions the source's file name and line numbers (see runtime/relocate.py), so
+tracebacks point at what you wrote. `OUT/branchc.json` describes every compiled
+function and every tool.
 An unchanged file (same content hash, same compiler) is not compiled again.
 """
 
@@ -16,7 +17,6 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib._bootstrap_external import _code_to_hash_pyc  # the stdlib's own hash-based pyc writer
 from pathlib import Path
 from typing import Any
 
@@ -150,13 +150,8 @@ def build(
 
 def _write(target: Path, compiled: CompiledModule) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    data = compiled.code.encode("utf-8")
-    target.write_bytes(data)
-    if compiled.functions:
-        code = compiled.code_object(str(Path(compiled.path).resolve()))
-        pyc = Path(importlib.util.cache_from_source(str(target)))
-        pyc.parent.mkdir(parents=True, exist_ok=True)
-        pyc.write_bytes(_code_to_hash_pyc(code, importlib.util.source_hash(data), checked=True))
+    text = compiled.module_text(str(Path(compiled.path).resolve())) if compiled.functions else compiled.code
+    target.write_text(text, encoding="utf-8")
 
 
 def _describe_tools(out: Path, modules: dict[str, Any], result: BuildResult) -> None:

@@ -9,7 +9,6 @@ written.
 from __future__ import annotations
 
 import ast
-import bisect
 import hashlib
 import symtable
 import types
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ..runtime.relocate import relocated_code
 from .cst import PREFIX, block, contains_yield, simple
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
@@ -72,53 +72,27 @@ class CompiledModule:
     line_map: dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
 
     def code_object(self, filename: str | None = None) -> types.CodeType:
-        """The module compiled with the source's file name, lines and columns, for tracebacks.
+        """The module compiled with the source's file name, lines and columns, for tracebacks."""
+        return relocated_code(self.code, self.line_map, filename or self.path)
 
-        Each body is renamed after its function, so a traceback reads `in analyze`.
-        """
-        tree = ast.parse(self.code)
-        if self.line_map:
-            known = sorted(self.line_map)
-
-            def source_line(line: int) -> tuple[int, int | None]:
-                if line in self.line_map:
-                    return self.line_map[line]
-                index = bisect.bisect_left(known, line)  # a generated line: the next line from the source
-                return self.line_map[known[min(index, len(known) - 1)]][0], None
-
-            for node in ast.walk(tree):
-                if not hasattr(node, "lineno"):
-                    continue
-                start, delta = source_line(node.lineno)
-                end, end_delta = source_line(node.end_lineno or node.lineno)
-                node.lineno, node.end_lineno = start, max(start, end)
-                if delta is None or end_delta is None:
-                    node.col_offset = node.end_col_offset = 0
-                else:
-                    node.col_offset = max(0, node.col_offset + delta)
-                    node.end_col_offset = max(0, (node.end_col_offset or 0) + end_delta)
-        return _rename_bodies(compile(tree, filename or self.path, "exec", dont_inherit=True))
-
-
-def is_body(code: types.CodeType) -> bool:
-    """A compiled body: its last positional parameter is the resume record."""
-    return code.co_argcount > 0 and code.co_varnames[code.co_argcount - 1] == "_bc_R"
-
-
-def _rename_bodies(code: types.CodeType, owner: types.CodeType | None = None) -> types.CodeType:
-    consts = tuple(_rename_bodies(c, code) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    if owner is not None and is_body(code):
-        code = code.replace(co_name=owner.co_name, co_qualname=owner.co_qualname)
-    return code.replace(co_consts=consts)
+    def module_text(self, source_path: str) -> str:
+        """The text to write to OUT: the code, and a last line that relocates it when imported."""
+        lines = sorted((line, source, delta) for line, (source, delta) in self.line_map.items())
+        return f"{self.code.rstrip()}\n\n_bc_rt.relocate(globals(), {lines!r}, {source_path!r})\n"
 
 
 def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     """Compile one module's source; raises CompileError listing every error."""
-    try:
+    try:  # CPython's own parser first: it names syntax errors best
+        compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         module = cst.parse_module(source)
+    except SyntaxError as error:
+        message = f"syntax error: {error.msg}"
+        hint = "branchc compiles valid Python 3.11 source; fix the syntax first"
+        raise CompileError([Diagnostic(path, error.lineno or 1, error.offset or 1, "error", message, hint)]) from None
     except cst.ParserSyntaxError as error:
-        diagnostic = Diagnostic(path, error.raw_line, error.raw_column + 1, "error", f"syntax error: {error.message}")
-        raise CompileError([diagnostic]) from None
+        message = f"syntax error: {error.message}"
+        raise CompileError([Diagnostic(path, error.editor_line, error.editor_column, "error", message)]) from None
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     reporter = Reporter(path, positions)
     finder = _Targets()
@@ -208,6 +182,12 @@ class _Targets(cst.CSTVisitor):
         self.tool: set[str] = set()
         self.modules: set[str] = set()  # names bound to the branchc package
         self.tools: set[str] = set()
+        self.native_generators: set[str] = set()  # module-level generator functions left uncompiled
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for statement in node.body:
+            if isinstance(statement, cst.FunctionDef) and contains_yield(list(statement.body.body)):
+                self.native_generators.add(statement.name.value)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -237,6 +217,11 @@ class _Targets(cst.CSTVisitor):
             and node.value.value in self.modules
             and node.attr.value == "tool"
         )
+
+    def leave_Module(self, node: cst.Module) -> None:
+        for statement in node.body:
+            if isinstance(statement, cst.FunctionDef) and any(self.kind(d) for d in statement.decorators):
+                self.native_generators.discard(statement.name.value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self.is_tool_factory(node.value.func):
@@ -291,6 +276,21 @@ class _Splitter(cst.CSTTransformer):
             if kind == "function":
                 parts.append("<locals>")
         return ".".join([*parts, name])
+
+    def warn_untravelable(self, lowered: list[cst.BaseStatement], compiled: CompiledFunction) -> None:
+        """Report, at compile time, values that are live across a yield and can never travel."""
+        finder = _Handles(self.targets.native_generators)
+        for statement in lowered:
+            statement.visit(finder)
+        for node, target, what, hint in finder.found:
+            labels = [site for site in compiled.sites if target in compiled.live.get(site["label"], ())]
+            if labels:
+                self.reporter.warning(
+                    self.origin.get(node, node),
+                    f"{target!r} holds {what} and is live across the yield at line {labels[0]['line']}; "
+                    f"a snapshot there cannot carry it",
+                    hint,
+                )
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.scopes.append((node.name.value, "class"))
@@ -377,6 +377,7 @@ class _Splitter(cst.CSTTransformer):
                 names.add(f"_bc_yf{site.label}")
             compiled.live[site.label] = sorted(names & keep)
         self.functions.append(compiled)
+        self.warn_untravelable(lowered, compiled)
 
         body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_R"]])
         if captured_names:
@@ -397,6 +398,45 @@ class _Splitter(cst.CSTTransformer):
             body=block([*docstring, body_def, returned]),
             decorators=[*node.decorators, decorator],
         )
+
+
+_HANDLES = {
+    "open": ("an open file", "close it before the yield, or keep its path and reopen it after"),
+    "Lock": ("a lock", "release it and drop it before the yield; locks cannot move to another process"),
+    "RLock": ("a lock", "release it and drop it before the yield; locks cannot move to another process"),
+    "Semaphore": ("a semaphore", "drop it before the yield; it cannot move to another process"),
+    "Condition": ("a condition", "drop it before the yield; it cannot move to another process"),
+    "socket": ("a socket", "close it before the yield, and reconnect after"),
+    "connect": ("a connection", "close it before the yield (do I/O in before() or after())"),
+}
+
+
+class _Handles(cst.CSTVisitor):
+    """`x = open(...)`-like assignments: values that can never travel in a snapshot."""
+
+    def __init__(self, native_generators: set[str]) -> None:
+        self.found: list[tuple[cst.Assign, str, str, str]] = []
+        self.native_generators = native_generators
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        if not isinstance(node.value, cst.Call):
+            return
+        func = node.value.func
+        callee = (
+            func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+        )
+        target = node.targets[0].target.value
+        if callee in _HANDLES:
+            what, hint = _HANDLES[callee]
+            self.found.append((node, target, what, hint))
+        elif isinstance(func, cst.Name) and callee in self.native_generators:
+            hint = f"mark {callee} @resumable so it compiles, or finish it before the yield"
+            self.found.append((node, target, f"a native generator ({callee}(...))", hint))
 
 
 def _prologue(restorable: list[str]) -> list[cst.BaseStatement]:

@@ -207,6 +207,8 @@ class Normalizer:
 
     def statement(self, node: cst.BaseStatement) -> list[cst.BaseStatement]:
         if isinstance(node, cst.SimpleStatementLine):
+            if len(node.body) == 1 and not contains_yield(node):
+                return [node]
             out: list[cst.BaseStatement] = []
             for small in node.body:
                 line = simple(small).with_changes(leading_lines=node.leading_lines if not out else ())

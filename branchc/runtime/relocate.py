@@ -1,0 +1,102 @@
+"""Make compiled code report the source's file name and line numbers, so tracebacks point at
+what you wrote, not at the generated module.
+
+The compiler records, for each generated line that carries source code, the source line and
+the column shift. `relocated_code` compiles generated text with those positions; `relocate`
+runs at the end of a compiled module's import and gives its functions the relocated code.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import types
+from typing import Any
+
+__all__ = ["relocate", "relocated_code"]
+
+LineMap = dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
+
+
+def relocated_code(text: str, line_map: LineMap, filename: str) -> types.CodeType:
+    tree = ast.parse(text)
+    if line_map:
+        known = sorted(line_map)
+
+        def source_line(line: int) -> tuple[int, int | None]:
+            if line in line_map:
+                return line_map[line]
+            index = bisect.bisect_left(known, line)  # a generated line: the next line from the source
+            return line_map[known[min(index, len(known) - 1)]][0], None
+
+        for node in ast.walk(tree):
+            if not hasattr(node, "lineno"):
+                continue
+            start, delta = source_line(node.lineno)
+            end, end_delta = source_line(node.end_lineno or node.lineno)
+            node.lineno, node.end_lineno = start, max(start, end)
+            if delta is None or end_delta is None:
+                node.col_offset = node.end_col_offset = 0
+            else:
+                node.col_offset = max(0, node.col_offset + delta)
+                node.end_col_offset = max(0, (node.end_col_offset or 0) + end_delta)
+    return _rename_bodies(compile(tree, filename, "exec", dont_inherit=True))
+
+
+def _is_body(code: types.CodeType) -> bool:
+    return code.co_argcount > 0 and code.co_varnames[code.co_argcount - 1] == "_bc_R"
+
+
+def _rename_bodies(code: types.CodeType, owner: types.CodeType | None = None) -> types.CodeType:
+    """Each body takes its function's name, so a traceback reads `in analyze`, not `in _bc_body`."""
+    consts = tuple(_rename_bodies(c, code) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    if owner is not None and _is_body(code):
+        code = code.replace(co_name=owner.co_name, co_qualname=owner.co_qualname)
+    return code.replace(co_consts=consts)
+
+
+def _functions(code: types.CodeType) -> dict[tuple[str, int], types.CodeType]:
+    found: dict[tuple[str, int], types.CodeType] = {}
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        for const in current.co_consts:
+            if isinstance(const, types.CodeType):
+                if not _is_body(const):
+                    found[(const.co_qualname, const.co_firstlineno)] = const
+                stack.append(const)
+    return found
+
+
+def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], source: str) -> None:
+    """Swap in relocated code for the module's functions and methods (same code, source positions)."""
+    from .generator import reregister
+
+    loader = module_globals.get("__loader__")
+    try:
+        text = loader.get_source(module_globals["__name__"]) if loader is not None else None
+    except (ImportError, OSError):
+        text = None
+    if text is None:
+        return
+    line_map = {line: (source_line, delta) for line, source_line, delta in lines}
+    relocated = _functions(relocated_code(text, line_map, source))
+    # generated first lines -> source first lines, to match old code objects with new ones
+    first = {line: source_line for line, (source_line, _) in line_map.items()}
+    targets: list[types.FunctionType] = []
+    for value in list(module_globals.values()):
+        if isinstance(value, type) and value.__module__ == module_globals["__name__"]:
+            targets += [m for m in vars(value).values() if isinstance(m, types.FunctionType)]
+        elif isinstance(value, types.FunctionType):
+            targets.append(value)
+    for function in targets:
+        while hasattr(function, "__wrapped__") and isinstance(function.__wrapped__, types.FunctionType):
+            function = function.__wrapped__
+        old = function.__code__
+        key = (old.co_qualname, first.get(old.co_firstlineno, -1))
+        new = relocated.get(key)
+        if new is None or new.co_freevars != old.co_freevars:
+            continue
+        function.__code__ = new
+        if getattr(function, "__branchc_compiled__", False):
+            reregister(function)
