@@ -683,7 +683,8 @@ def _shape(x: list, path: Any, low: int, high: float | None = None) -> None:
     high = low if high is None else high
     if not low <= len(x) - 1 <= high:
         count = str(low) if low == high else f"{low} to {high}" if high < math.inf else f"at least {low}"
-        raise SnapshotDataError(_fmt(path), f"expected {count} parts after the tag {x[0]!r}, got {len(x) - 1}")
+        parts = "part" if count == "1" else "parts"
+        raise SnapshotDataError(_fmt(path), f"expected {count} {parts} after the tag {x[0]!r}, got {len(x) - 1}")
 
 
 def _want(value: Any, kind: type | tuple[type, ...], path: Any, i: int, what: str) -> Any:

@@ -82,6 +82,8 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
 
 
 _BY_CODE: dict[types.CodeType, FunctionMeta] = {}
+#: modules that define compiled functions in this process (the default resume allowlist)
+COMPILED_MODULES: set[str] = set()
 #: code of functions nested in a compiled body -> (that function, path through co_consts)
 NESTED_CODE: dict[types.CodeType, tuple[FunctionMeta, tuple[int, ...]]] = {}
 
@@ -122,6 +124,7 @@ def compiled(table: dict[str, dict], qualname: str):
         meta = _make_meta(table[qualname], fn.__module__, qualname, body, fn.__globals__)
         _BY_CODE[body] = meta
         _BY_REF[meta.ref] = meta  # a reloaded module replaces the old one
+        COMPILED_MODULES.add(meta.module)
         _register_nested(meta)
         fn.__branchc_compiled__ = True  # type: ignore[attr-defined]
         fn.__branchc_meta__ = meta  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from typing import Any
 from .codec import NotSerializableError, SnapshotDataError, decode, encode
 from .context import Context
 from .generator import (
-    _BY_REF,
+    COMPILED_MODULES,
     NESTED_CODE,
     ResumableGenerator,
     SnapshotError,
@@ -190,9 +190,7 @@ RUNTIME_MODULES = frozenset({"branchc.runtime.messages", "branchc.runtime.elicit
 
 
 def _default_allowed() -> frozenset[str]:
-    loaded = {meta.module for meta in _BY_REF.values()} | RUNTIME_MODULES
-    loaded |= {name for name, module in list(sys.modules.items()) if hasattr(module, "_bc_META")}
-    return frozenset(loaded)
+    return frozenset(COMPILED_MODULES) | RUNTIME_MODULES
 
 
 def resume(

@@ -15,14 +15,14 @@ import types
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..runtime.relocate import relocated_code
-from .cst import PREFIX, block, contains_yield, simple
+from .cst import PREFIX, block, contains_yield, reset_counts, simple
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
 from .lower import Lowerer
 from .normalize import Normalizer
+from .positions import Positions
 
 __all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
 
@@ -82,9 +82,13 @@ class CompiledModule:
 
 
 def compile_module(source: str, path: str = "<string>") -> CompiledModule:
-    """Compile one module's source; raises CompileError listing every error."""
+    """Compile one module's source; raises CompileError listing every error.
+
+    The module is kept as written, text and all, except for the compiled functions,
+    whose text is replaced, and two header lines (the runtime import and the metadata).
+    """
     try:  # CPython's own parser first: it names syntax errors best
-        compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         module = cst.parse_module(source)
     except SyntaxError as error:
         message = f"syntax error: {error.msg}"
@@ -93,26 +97,127 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     except cst.ParserSyntaxError as error:
         message = f"syntax error: {error.message}"
         raise CompileError([Diagnostic(path, error.editor_line, error.editor_column, "error", message)]) from None
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    reporter = Reporter(path, positions)
+    reset_counts()
     finder = _Targets()
     module.visit(finder)
     if not finder.resumable and not finder.tool and not finder.modules:
         return CompiledModule(path, source, [], [], {})
-    splitter = _Splitter(finder, reporter, module, _original_locals(source, path))
-    new_module = module.visit(splitter)
+    if not finder.outermost:
+        return CompiledModule(path, source, [], [], {})
+    positions = Positions(tree, source, finder.functions, [node for node, _ in finder.outermost])
+    reporter = Reporter(path, positions)
+    local_names = _original_locals(source, path)
+    functions: list[CompiledFunction] = []
+    replacements: list[tuple[int, int, list[str], list[int]]] = []  # first line, last line, new text, old lines
+    lines = source.splitlines()
+    for node, scopes in finder.outermost:
+        splitter = _Splitter(finder, reporter, module, local_names, scopes)
+        kinds = [k for k in map(finder.kind, node.decorators) if k]
+        if kinds and not _nested_defs(node):  # the common case: no transform pass over the function
+            compiled = splitter.compile_function(node, node, kinds[0])
+        else:
+            compiled = node.visit(splitter)
+        functions += splitter.functions
+        if not splitter.functions or reporter.errors:
+            continue
+        where = positions.get(node)
+        if where is None:
+            raise AssertionError(f"no position for {node.name.value}")  # the two parsers always agree on defs
+        definition = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == where.start.line)
+        first = min([d.lineno for d in definition.decorator_list] + [definition.lineno])
+        last = definition.end_lineno or definition.lineno
+        indent = lines[definition.lineno - 1][: where.start.column]
+        text = module.code_for_node(compiled.with_changes(leading_lines=())).rstrip("\n").split("\n")
+        replacements.append(
+            (first, last, [indent + line if line else line for line in text], list(range(first, last + 1)))
+        )
     if reporter.errors:
         raise CompileError(reporter.diagnostics)
-    if not splitter.functions:
+    if not functions:
         return CompiledModule(path, source, [], reporter.diagnostics, {})
-    new_module = _insert_header(new_module, splitter.functions)
-    return CompiledModule(
-        path,
-        new_module.code,
-        splitter.functions,
-        reporter.diagnostics,
-        _line_map(new_module, positions, splitter.origin),
-    )
+    code, line_map = _splice(lines, replacements, _header_line(tree), _header(functions))
+    return CompiledModule(path, code, functions, reporter.diagnostics, line_map)
+
+
+def _nested_defs(node: cst.FunctionDef) -> bool:
+    """Whether a def holds other defs (which may be compiled: then the transform pass runs)."""
+
+    class Find(cst.CSTVisitor):
+        found = False
+
+        def visit_FunctionDef(self, inner: cst.FunctionDef) -> bool:
+            if inner is not node:
+                Find.found = True
+            return not Find.found
+
+    finder = Find()
+    node.visit(finder)
+    return Find.found
+
+
+def _header_line(tree: ast.Module) -> int:
+    """The header goes after the module docstring and `from __future__` imports."""
+    after = 0
+    for index, statement in enumerate(tree.body):
+        docstring = (
+            index == 0
+            and isinstance(statement, ast.Expr)
+            and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str)
+        )
+        future = isinstance(statement, ast.ImportFrom) and statement.module == "__future__"
+        if not (docstring or future):
+            break
+        after = statement.end_lineno or statement.lineno
+    return after
+
+
+def _header(functions: list[CompiledFunction]) -> list[str]:
+    return ["import branchc.runtime.generator as _bc_rt", f"_bc_META = {_meta_table(functions)!r}"]
+
+
+def _splice(
+    lines: list[str], replacements, header_after: int, header: list[str]
+) -> tuple[str, dict[int, tuple[int, int]]]:
+    """The new text, and generated line -> (source line, column shift) where a line carries source code."""
+    out: list[str] = []
+    mapping: dict[int, tuple[int, int]] = {}
+    spans = {first: (last, text, old) for first, last, text, old in replacements}
+    number = 1
+    while number <= len(lines):
+        if number - 1 == header_after:
+            out += header
+        if number in spans:
+            last, text, old = spans[number]
+            _match_lines(lines, old, text, len(out), mapping)
+            out += text
+            number = last + 1
+            continue
+        out.append(lines[number - 1])
+        mapping[len(out)] = (number, 0)
+        number += 1
+    if header_after >= len(lines):
+        out += header
+    return "\n".join(out) + "\n", mapping
+
+
+def _match_lines(lines: list[str], old: list[int], text: list[str], offset: int, mapping) -> None:
+    """Map generated lines of a compiled function to the source lines they came from, by their text."""
+    where: dict[str, list[int]] = {}
+    for number in old:
+        stripped = lines[number - 1].strip()
+        if stripped and not stripped.startswith("#"):
+            where.setdefault(stripped, []).append(number)
+    previous = old[0] if old else 0
+    for index, line in enumerate(text, start=1):
+        candidates = where.get(line.strip())
+        if not candidates:
+            continue
+        source = next((c for c in candidates if c >= previous), candidates[0])
+        previous = source
+        source_text = lines[source - 1]
+        delta = (len(source_text) - len(source_text.lstrip())) - (len(line) - len(line.lstrip()))
+        mapping[offset + index] = (source, delta)
 
 
 def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[str]]]:
@@ -143,21 +248,6 @@ def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[st
     return out
 
 
-def _line_map(module: cst.Module, original: dict, origin: dict) -> dict[int, tuple[int, int]]:
-    """Generated line -> (source line, column shift) for each generated line that carries source code."""
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    mapping: dict[int, tuple[int, int, int]] = {}
-    for node, position in positions.items():
-        source = original.get(origin.get(node, node))
-        if source is None:
-            continue
-        line, column = position.start.line, position.start.column
-        known = mapping.get(line)
-        if known is None or column < known[2]:
-            mapping[line] = (source.start.line, source.start.column - column, column)
-    return {line: (source_line, delta) for line, (source_line, delta, _) in mapping.items()}
-
-
 def _meta_table(functions: list[CompiledFunction]) -> dict:
     """What the compiled module embeds for the runtime (branchc.runtime.generator.compiled)."""
     return {
@@ -183,11 +273,35 @@ class _Targets(cst.CSTVisitor):
         self.modules: set[str] = set()  # names bound to the branchc package
         self.tools: set[str] = set()
         self.native_generators: set[str] = set()  # module-level generator functions left uncompiled
+        self.functions: list[cst.FunctionDef] = []  # every def, in document order
+        self.outermost: list[tuple[cst.FunctionDef, list[tuple[str, str]]]] = []  # to splice, with their scopes
+        self._scopes: list[tuple[str, str]] = []
+        self._frames: list[list] = []  # per open def: [node, scopes, holds a compiled function]
 
     def visit_Module(self, node: cst.Module) -> None:
         for statement in node.body:
             if isinstance(statement, cst.FunctionDef) and contains_yield(list(statement.body.body)):
                 self.native_generators.add(statement.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._scopes.append((node.name.value, "class"))
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self._scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(node)
+        self._frames.append([node, list(self._scopes), False])
+        self._scopes.append((node.name.value, "function"))
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.pop()
+        _, scopes, holds = self._frames.pop()
+        if holds or any(self.kind(d) for d in node.decorators):
+            if self._frames:
+                self._frames[-1][2] = True  # the enclosing def is spliced whole instead
+            else:
+                self.outermost.append((node, scopes))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -253,12 +367,17 @@ def _flat_params(params: cst.Parameters) -> list[str]:
 
 class _Splitter(cst.CSTTransformer):
     def __init__(
-        self, targets: _Targets, reporter: Reporter, module: cst.Module, original_locals: dict[str, set[str]]
+        self,
+        targets: _Targets,
+        reporter: Reporter,
+        module: cst.Module,
+        original_locals: dict[str, tuple[set[str], set[str]]],
+        scopes: list[tuple[str, str]],
     ) -> None:
         self.targets = targets
         self.reporter = reporter
         self.module = module
-        self.scopes: list[tuple[str, str]] = []  # (name, "function" | "class")
+        self.scopes: list[tuple[str, str]] = list(scopes)  # (name, "function" | "class")
         self.functions: list[CompiledFunction] = []
         self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # rebuilt node -> node in the source
         self.locals = original_locals
@@ -357,7 +476,7 @@ class _Splitter(cst.CSTTransformer):
         compiled.pending_vars = {k: list(v) for k, v in lowerer.pending_vars.items()}
 
         params = _flat_params(node.params)
-        hidden = _hidden_names(lowered)
+        hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names
         local_names, captured_names = self.locals.get(qualname, (set(), set()))
         # Variables a nested function captures live in cells of the public function: the body
         # declares them nonlocal, so a snapshot carries the cells themselves and a resume hands
@@ -377,7 +496,7 @@ class _Splitter(cst.CSTTransformer):
                 names.add(f"_bc_yf{site.label}")
             compiled.live[site.label] = sorted(names & keep)
         self.functions.append(compiled)
-        self.warn_untravelable(lowered, compiled)
+        self.warn_untravelable(statements, compiled)
 
         body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_R"]])
         if captured_names:
@@ -450,25 +569,6 @@ def _prologue(restorable: list[str]) -> list[cst.BaseStatement]:
     ]
 
 
-class _HiddenNames(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value.startswith(PREFIX) and node.value != "_bc_rt":
-            self.names.add(node.value)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-
-def _hidden_names(statements: list[cst.BaseStatement]) -> set[str]:
-    finder = _HiddenNames()
-    for statement in statements:
-        statement.visit(finder)
-    return finder.names
-
-
 def _is_docstring(statement: cst.BaseStatement) -> bool:
     return (
         isinstance(statement, cst.SimpleStatementLine)
@@ -521,22 +621,3 @@ def _hoist_declarations(statements):
         if not isinstance(new, cst.RemovalSentinel):
             remaining.append(new)
     return declarations, remaining
-
-
-def _insert_header(module: cst.Module, functions: list[CompiledFunction]) -> cst.Module:
-    header = [
-        cst.parse_statement("import branchc.runtime.generator as _bc_rt\n"),
-        cst.parse_statement(f"_bc_META = {_meta_table(functions)!r}\n"),
-    ]
-    body = list(module.body)
-    index = 0
-    while index < len(body) and (
-        _is_docstring(body[index])
-        or (
-            isinstance(body[index], cst.SimpleStatementLine)
-            and isinstance(body[index].body[0], cst.ImportFrom)
-            and cst.helpers.get_full_name_for_node(body[index].body[0].module) == "__future__"
-        )
-    ):
-        index += 1
-    return module.with_changes(body=[*body[:index], *header, *body[index:]])

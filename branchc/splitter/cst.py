@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import libcst as cst
-from libcst.helpers import parse_template_expression, parse_template_statement
+from libcst.helpers import parse_template_statement
 
 __all__ = [
     "PREFIX",
-    "YieldFinder",
     "assign",
     "block",
     "contains_yield",
     "expr",
     "if_stmt",
     "name",
+    "reset_counts",
     "simple",
     "stmt",
+    "yield_count",
 ]
 
 #: Every name the splitter introduces starts with this (one underscore: no class-private mangling).
@@ -28,8 +30,26 @@ def name(value: str) -> cst.Name:
     return cst.Name(value)
 
 
+_TEMPLATES: dict[str, cst.BaseExpression] = {}
+_HOLE = re.compile(r"\{(\w+)\}")
+
+
+class _Fill(cst.CSTTransformer):
+    def __init__(self, parts: dict[str, cst.CSTNode]) -> None:
+        self.parts = parts
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if original.value.startswith("__hole_"):
+            return self.parts[original.value[7:]]  # type: ignore[return-value]
+        return updated
+
+
 def expr(template: str, **parts: cst.CSTNode) -> cst.BaseExpression:
-    return parse_template_expression(template, **parts)
+    """An expression from a template with `{name}` holes; each template is parsed once."""
+    parsed = _TEMPLATES.get(template)
+    if parsed is None:
+        parsed = _TEMPLATES[template] = cst.parse_expression(_HOLE.sub(r"__hole_\1", template))
+    return parsed.visit(_Fill(parts)) if parts else parsed
 
 
 def stmt(template: str, **parts: cst.CSTNode) -> cst.BaseStatement:
@@ -63,40 +83,34 @@ def if_stmt(
     return cst.If(test=test, body=block(body), orelse=tail)
 
 
-class YieldFinder(cst.CSTVisitor):
-    """Finds yields that belong to the function being compiled (not to nested scopes)."""
+#: yields per node, for the nodes of the module being compiled (cleared by `reset_counts`)
+_COUNTS: dict[cst.CSTNode, int] = {}
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
-    def __init__(self) -> None:
-        self.found: list[cst.Yield] = []
 
-    def visit_Yield(self, node: cst.Yield) -> bool:
-        self.found.append(node)
-        return True
+def yield_count(node: cst.CSTNode) -> int:
+    """Yields that belong to the enclosing function (not to nested scopes), memoised per node."""
+    count = _COUNTS.get(node)
+    if count is not None:
+        return count
+    if isinstance(node, _SCOPES):
+        count = 0
+    elif isinstance(node, _COMPREHENSIONS):
+        count = yield_count(node.for_in.iter)  # only the first iterable runs in the enclosing scope
+    else:
+        count = isinstance(node, cst.Yield) + sum(map(yield_count, node.children))
+    _COUNTS[node] = count
+    return count
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
 
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def _comprehension(self, node: cst.CSTNode) -> bool:
-        # Only the outermost iterable of a comprehension runs in the enclosing scope.
-        node.for_in.iter.visit(self)  # type: ignore[attr-defined]
-        return False
-
-    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+def reset_counts() -> None:
+    _COUNTS.clear()
 
 
 def contains_yield(node: cst.CSTNode | Iterable[cst.CSTNode] | None) -> bool:
     if node is None:
         return False
-    finder = YieldFinder()
-    nodes = [node] if isinstance(node, cst.CSTNode) else list(node)
-    for item in nodes:
-        item.visit(finder)
-        if finder.found:
-            return True
-    return False
+    if isinstance(node, cst.CSTNode):
+        return yield_count(node) > 0
+    return any(yield_count(item) for item in node)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .cst import YieldFinder, assign, block, expr, if_stmt, name, simple
+from .cst import assign, block, expr, if_stmt, name, simple, yield_count
 
 __all__ = ["Lowerer", "YieldSite", "count_yields"]
 
@@ -32,10 +32,9 @@ T = "_bc_T"
 
 
 def count_yields(node: cst.CSTNode | list) -> int:
-    finder = YieldFinder()
-    for item in node if isinstance(node, list) else [node]:
-        item.visit(finder)
-    return len(finder.found)
+    if isinstance(node, list):
+        return sum(map(yield_count, node))
+    return yield_count(node)
 
 
 def paren(node: cst.BaseExpression) -> cst.BaseExpression:
@@ -80,6 +79,7 @@ class Lowerer:
         self.sites: list[YieldSite] = []
         self.stack: list[_Frame] = []
         self.yield_nodes: dict[cst.CSTNode, tuple[int, str | None]] = {}  # small statement -> (label, target)
+        self.names: set[str] = set()  # the variables this pass introduces
         self.handler_vars: dict[int, str] = {}  # label -> exception var live there
         self.pending_vars: dict[int, list[str]] = {}  # label -> completion vars live there
 
@@ -144,6 +144,7 @@ class Lowerer:
         out: list[cst.BaseStatement] = []
         if delegates:
             sub = f"_bc_yf{k}"
+            self.names.add(sub)
             out.append(if_stmt(expr(f"not {T}"), [assign(sub, expr("_bc_rt.yf_iter({e})", e=node.value.item))]))
             delegate = expr(f"_bc_rt.yf_native({sub}) if not {T} else _bc_rt.rejoin({sub}, ({T} := 0))")
             new = node.with_changes(value=node.value.with_changes(item=delegate))
@@ -211,6 +212,7 @@ class Lowerer:
         a, b = self.span(body)
         ident = self.new_id()
         iterator, item = f"_bc_it{ident}", f"_bc_v{ident}"
+        self.names |= {iterator, item}
         self.stack.append(_Frame("loop"))
         new_body = self.any_block(body)
         self.stack.pop()
@@ -230,6 +232,7 @@ class Lowerer:
         lo, hi = self.span([node])
         ident = self.new_id()
         exc, ctx, pend = f"_bc_exc{ident}", f"_bc_ctx{ident}", f"_bc_pend{ident}"
+        self.names |= {exc, ctx, pend}
         final = list(node.finalbody.body.body) if node.finalbody else []
         fin_labels = count_yields(final) > 0
         if fin_labels:
@@ -322,6 +325,7 @@ class Lowerer:
         lo, hi = self.span([node])
         ident = self.new_id()
         case_var = f"_bc_case{ident}"
+        self.names.add(case_var)
         selectors = []
         for index, case in enumerate(node.cases):
             selectors.append(case.with_changes(body=block([assign(case_var, _int(index))])))
@@ -359,6 +363,7 @@ class Lowerer:
             return [simple(final)]
         out: list[cst.BaseStatement] = []
         if kind == "return":
+            self.names.add("_bc_rv")
             out.append(assign("_bc_rv", value if value is not None else name("None")))
             final = cst.Return(value=name("_bc_rv"))
         for frame in fins:
