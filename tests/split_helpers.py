@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import Iterator
-
-#: The modes every differential test runs now; "json" joins as soon as snapshots exist.
-MODES_NOW: tuple[str, ...] = ("compiled", "raw")
-if importlib.util.find_spec("branchc.runtime.snapshot") is not None:
-    MODES_NOW += ("json",)
 
 _COMPILED: dict[str, object] = {}
 

@@ -37,7 +37,7 @@ def roundtrip(roots: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     return decode(json.loads(text), allowed_modules=kwargs.pop("allowed", ALLOWED), **kwargs)
 
 
-def canon(x: Any, seen: dict[int, int] | None = None) -> Any:
+def canon(x: Any, seen: dict[int, tuple[int, Any]] | None = None) -> Any:
     """A comparable picture of a value: types, contents and which objects are the same object."""
     seen = {} if seen is None else seen
     t = type(x)
@@ -48,8 +48,8 @@ def canon(x: Any, seen: dict[int, int] | None = None) -> Any:
     if t is complex:
         return ("complex", repr(x))
     if id(x) in seen:
-        return ("same as", seen[id(x)])
-    seen[id(x)] = len(seen)
+        return ("same as", seen[id(x)][0])
+    seen[id(x)] = (len(seen), x)  # keeps temporaries (like `state` below) alive, so no id is reused
     if t in (list, tuple):
         return (t.__name__, [canon(v, seen) for v in x])
     if t is dict:
@@ -171,6 +171,37 @@ def test_cycles() -> None:
     assert out["a"].next.next is out["a"] and out["a"].next.value == 2
     assert out["t"][0][0] is out["t"]
     assert_same(out, {"loop": loop, "d": d, "a": a, "t": t})
+
+
+def test_cycles_through_nested_immutables() -> None:
+    box: list = []
+    t = ((box, {"k": box}),)
+    box.append(t)
+    node = fx.Node(1)
+    frozen = frozenset({node})
+    node.next = frozen
+    out = roundtrip({"t": t, "frozen": frozen})
+    assert out["t"][0][0][0] is out["t"] and out["t"][0][1]["k"] is out["t"][0][0]
+    (restored_node,) = out["frozen"]
+    assert restored_node.next is out["frozen"]
+
+
+def test_encode_is_deterministic_and_changes_nothing() -> None:
+    value = _rich_value()
+    before = canon(value)
+    first, second = encode(value), encode(value)
+    assert first == second and canon(value) == before
+    text = json.dumps(first)
+    decode(first, allowed_modules=ALLOWED)
+    assert json.dumps(first) == text
+
+
+def test_too_deep_data_is_refused_cleanly() -> None:
+    deep: Any = 1
+    for _ in range(10_000):
+        deep = ["l", deep]
+    with pytest.raises(SnapshotDataError, match=r"^data: nested too deeply"):
+        decode({"roots": {"a": deep}, "objects": []}, allowed_modules=ALLOWED)
 
 
 def test_shared_values_move_to_the_table_in_place() -> None:
@@ -411,7 +442,7 @@ REFUSED = [
     ({"p": fx.Point(1, tags=[io.StringIO()])}, "p.tags[0]", "_io.StringIO", "close it before the yield"),
     ({"e": ValueError(threading.Lock())}, "e.args[0]", "_thread.lock", "another process"),
     ({"k": {threading.Lock(): 1}}, "k<key 0>", "_thread.lock", "another process"),
-    ({"s": {1, (2, threading.Lock())}}, "s<item 1>[1]", "_thread.lock", "another process"),
+    ({"s": {(2, threading.Lock())}}, "s<item 0>[1]", "_thread.lock", "another process"),
     ({"l": _local_class_instance()}, "l", "test_codec._local_class_instance.<locals>.Local", "at module level"),
     ({"m": map(lambda x: x, [1])}, "m", "map", "travels only with a builtin"),
     ({"it": iter([threading.Lock()])}, "it<source>[0]", "_thread.lock", "another process"),
@@ -485,6 +516,17 @@ def test_extension_declining_lets_the_codec_refuse() -> None:
         encode({"x": Handle("h", 1)}, extension=lambda value, child, path: None)
 
 
+def test_extension_must_decline_before_encoding_children() -> None:
+    def extension(value, encode_child, path):
+        encode_child(value.payload, f"{path}.payload")
+        return None
+
+    handle = Handle("h", None)
+    handle.payload = [handle]
+    with pytest.raises(TypeError, match="encoded children, then returned None"):
+        encode({"x": handle}, extension=extension)
+
+
 def test_extension_must_return_a_tagged_dict() -> None:
     with pytest.raises(TypeError, match="must return a dict"):
         encode({"x": Handle("h", 1)}, extension=lambda value, child, path: {"no": "tag"})
@@ -512,8 +554,9 @@ BAD = [
     ({"roots": {"a": ["zz"]}, "objects": []}, "roots['a'][0]", "unknown tag 'zz'"),
     ({"roots": {"a": ["l", 1, ["zz"]]}, "objects": []}, "roots['a'][2][0]", "unknown tag 'zz'"),
     ({"roots": {"a": {"k": ["l", []]}}, "objects": []}, "roots['a']['k'][1]", "expected a JSON scalar"),
-    ({"roots": {}, "objects": [1, ["l", [7]]]}, "objects[1][1]", "expected a reference to one of 2"),
+    ({"roots": {}, "objects": [["l"], ["l", [7]]]}, "objects[1][1]", "expected a reference to one of 2"),
     ({"roots": {}, "objects": [[0]]}, "objects[0]", "expected a reference"),
+    ({"roots": {}, "objects": ["text"]}, "objects[0]", "expected a tagged array or an object, got 'text'"),
     ({"roots": {"a": [0]}, "objects": [["u", [0]]]}, "objects[0]", "a cycle that runs through immutable values"),
     ({"roots": {"a": ["b", "!!"]}, "objects": []}, "roots['a']", "cannot restore: Error: "),
     ({"roots": {"a": ["b", 5]}, "objects": []}, "roots['a'][1]", "expected a string, got 5"),

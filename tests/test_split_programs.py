@@ -15,13 +15,22 @@ an address.
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 import traceback
 
 import pytest
 
 from differential import check
-from split_helpers import MODES_NOW, compile_once
+from split_helpers import compile_once
+
+MODES_NOW: tuple[str, ...] = ("compiled", "raw")
+if importlib.util.find_spec("branchc.runtime.snapshot") is not None:
+    MODES_NOW += ("json",)
+
+# Snapshotted generators stay referenced by the harness until a trace ends; collecting one that
+# waits in a `finally` that yields prints "generator ignored GeneratorExit" (natives do too).
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 N = ("next",)
 C = ("close",)
@@ -1183,7 +1192,7 @@ def gen():
             raise KeyError("from handler")
     except KeyError as k:
         ctx = k.__context__
-        yield ("outer", repr(k), repr(ctx), repr(ctx.__context__))
+        yield ("outer", repr(k), repr(ctx), repr(ctx and ctx.__context__))
     return "end"
 """, [N, T("ValueError", "v"), N, N], [N, T("ValueError", "v"), T("TypeError", "t")], [N, T("KeyError", "direct")]))
 
@@ -1905,7 +1914,8 @@ def gen():
     u = (yield "s").upper()
     j = "-".join([v("x"), (yield "y")])
     return ACC.items, u, j
-""", [N, S(2), S(4), S("low"), S("z")], [N, S(2), T("KeyError")]))
+""", [N, S(2), S(4), S("low"), S("z")], [N, S(2), T("KeyError")],
+    nojson="a bound method of a plain-class instance (the module-level ACC) is live across the yields"))
 
 add(prog("expr-subscripts-slices", V + """
 @resumable

@@ -43,11 +43,15 @@ compiled functions, cells):
   entry): do not look inside it. If the extension's object is mutable and may sit on a cycle,
   it calls ``decode_child.created(obj)`` before decoding children, so references back get obj.
 
-Identity is keyed by ``id()`` for the duration of one `encode` call (every value met is kept
-alive meanwhile). Limits: nesting depth is bounded by Python's recursion limit; a dict or set
-whose hashing needs an object that sits on a cycle through that same dict or set cannot be
-restored; set and dict iterators come back as iterators over a list of the items they had
-left; exceptions lose their traceback (and AttributeError its `obj`).
+Identity is keyed by ``id()`` for the duration of one `encode` call (values are alive through
+the roots; temporaries made by the codec or handed to encode_child are kept alive meanwhile).
+
+Limits: nesting depth is bounded by Python's recursion limit; a dict or set whose hashing
+needs an object that sits on a cycle through that same dict or set cannot be restored; set and
+dict iterators come back as iterators over a list of the items they had left; exceptions lose
+their traceback (and AttributeError its `obj`); a ZoneInfo comes back only where its zone file
+is installed (or with "tzdata" allowed); itertools iterators need a Python that still lets
+them be reduced (up to 3.13).
 """
 
 from __future__ import annotations
@@ -203,7 +207,7 @@ class _Encoder:
     def __init__(self, extension: Extension | None) -> None:
         self.memo: dict[int, Any] = {}  # id -> its JSON (written once, in place) or its table index
         self.shared: list[Any] = []  # the JSON of values met twice; becomes "objects"
-        self.keep: list[Any] = []  # every value met stays alive, so no id() is reused mid-encode
+        self.keep: list[Any] = []  # temporaries (the codec's and the extension's), so no id() is reused
         self.extension = extension
         self.enc = self.encode  # one bound method, handed to handlers
 
@@ -216,16 +220,16 @@ class _Encoder:
             return x
         if t is float:
             return x if x - x == 0.0 else ["f", "nan" if x != x else ("inf" if x > 0 else "-inf")]
-        seen = self.memo.get(id(x))
+        key = id(x)
+        seen = self.memo.get(key)
         if seen is not None:
             if type(seen) is not int:  # second meeting: it moves to the table (see finish())
-                self.memo[id(x)] = len(self.shared)
+                self.memo[key] = len(self.shared)
                 self.shared.append(seen)
                 return [len(self.shared) - 1]
             return [seen]
-        self.keep.append(x)
         if t is list:  # the hot cases, inline
-            out = self.memo[id(x)] = ["l"]
+            out = self.memo[key] = ["l"]
             enc = self.enc
             out += [v if type(v) in _INLINE else enc(v, (path, i)) for i, v in enumerate(x)]
             return out
@@ -235,29 +239,31 @@ class _Encoder:
                     break
             else:
                 if "$" not in x:
-                    out = self.memo[id(x)] = {}
+                    out = self.memo[key] = {}
                     enc = self.enc
                     for k, v in x.items():
                         out[k] = v if type(v) in _INLINE else enc(v, (path, k))
                     return out
         elif self.extension is not None and t not in _PLAIN:
-            out = self.memo[id(x)] = ["@"]
+            out = self.memo[key] = ["@"]
             entry = self.extension(x, self.child, _fmt(path))
             if entry is not None:
                 if type(entry) is not dict or type(entry.get("t")) is not str:
                     raise TypeError(f"{_fmt(path)}: the codec extension must return a dict with a str 't' tag")
                 out.append(entry)
                 return out
-            if self.memo.pop(id(x)) is not out:
+            if self.memo.pop(key) is not out:
                 raise TypeError(f"{_fmt(path)}: the codec extension encoded children, then returned None")
         handler = _ENCODERS.get(t) or _encoder_for(t)
         if handler is None:
             raise NotSerializableError(_fmt(path), _type_name(t), _why_not(x))
-        out = self.memo[id(x)] = [handler.tag]
+        out = self.memo[key] = [handler.tag]
         handler.fill(self, x, path, out)
         return out
 
     def child(self, x: Any, path: str) -> Any:
+        """encode_child for the extension; what it hands over may be a temporary, so it is kept alive."""
+        self.keep.append(x)
         return self.enc(x, path)
 
     def items(self, values: Any, path: Any, out: list) -> None:
@@ -370,6 +376,7 @@ def _dataclass(e: _Encoder, x: Any, path: Any, out: list) -> None:
             state[name] = getattr(x, name)
         except AttributeError:  # an unset slot stays unset
             pass
+    e.keep.append(state)  # getattr may have made new objects
     out.append(e.fields(state, path))
     extra = {k: v for k, v in getattr(x, "__dict__", {}).items() if k not in state}
     if extra:
@@ -402,17 +409,19 @@ def _exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
     ]
 
 
-def _reduce(x: Any, path: Any) -> tuple:
+def _reduce(e: _Encoder, x: Any, path: Any) -> tuple:
     """A builtin iterator's own __reduce__; refused where the type no longer has one (Python 3.14)."""
     if type(x).__reduce__ is object.__reduce__:
         hint = "this Python cannot read its position; finish it before the yield"
         raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
-    return x.__reduce__()
+    reduced = x.__reduce__()
+    e.keep.append(reduced)  # a dict iterator's list of what is left, a range iterator's range, ...
+    return reduced
 
 
 def _seq_iter(e: _Encoder, x: Any, path: Any, out: list) -> None:
     """[source, position]; dict and set iterators reduce to an iterator over what is left."""
-    fn, (source,), *position = _reduce(x, path)
+    fn, (source,), *position = _reduce(e, x, path)
     if fn is reversed:
         out[0] = "R"
     out.append(e.enc(source, (path, "source", "<{}>")))
@@ -421,22 +430,22 @@ def _seq_iter(e: _Encoder, x: Any, path: Any, out: list) -> None:
 
 def _reduced(e: _Encoder, x: Any, path: Any, out: list) -> None:
     """enumerate, count, repeat: their constructor arguments are the state."""
-    e.items(_reduce(x, path)[1], (path, "args", "<{}>"), out)
+    e.items(_reduce(e, x, path)[1], (path, "args", "<{}>"), out)
 
 
 def _zip(e: _Encoder, x: Any, path: Any, out: list) -> None:
-    _, iterators, *strict = _reduce(x, path)
+    _, iterators, *strict = _reduce(e, x, path)
     out.append(bool(strict))
     e.items(iterators, (path, "args", "<{}>"), out)
 
 
 def _chain(e: _Encoder, x: Any, path: Any, out: list) -> None:
-    reduced = _reduce(x, path)
+    reduced = _reduce(e, x, path)
     e.items(reduced[2] if len(reduced) > 2 else (), (path, "state", "<{}>"), out)
 
 
 def _mapped(e: _Encoder, x: Any, path: Any, out: list) -> None:
-    fn, (func, *iterators) = _reduce(x, path)
+    fn, (func, *iterators) = _reduce(e, x, path)
     name = _SAFE_NAMES.get(id(func))
     if name is None and not (func is None and fn is filter):
         hint = f"{fn.__name__}() travels only with a builtin such as str or len; make a list before the yield"
@@ -586,7 +595,9 @@ class _Decoder:
         if t is dict:
             if "$" in x:
                 return self.ref(x["$"] if len(x) == 1 else None, path, slot)
-            out = self.shell(x, slot, {})
+            out = {}
+            if slot is not None or self.depth:
+                self.shell(x, slot, out)
             val = self.val
             for k, v in x.items():
                 out[k] = v if type(v) in _SCALARS else val(v, (path, k))
@@ -613,9 +624,12 @@ class _Decoder:
         # An immutable met again through a cycle is built once more, inside (as pickle does); the
         # outer build then finds that object registered and returns it. The rebuild meets the same
         # JSON nodes again: containers already made for them are found in `nodes`.
+        entry = self.objects[n]
+        if type(entry) is not list and type(entry) is not dict:
+            raise SnapshotDataError(f"objects[{n}]", f"expected a tagged array or an object, got {_show(entry)}")
         self.built[n] = _BUSY if obj is _TODO else _AGAIN
         self.depth += 1
-        obj = self.val(self.objects[n], ("objects", n), n)
+        obj = self.val(entry, ("objects", n), n)
         self.depth -= 1
         if type(self.built[n]) is _Mark:
             self.built[n] = obj

@@ -24,6 +24,7 @@ __all__ = [
     "FunctionMeta",
     "ResumableGenerator",
     "SnapshotError",
+    "UNBOUND",
     "compiled",
     "rejoin",
     "relocate",
@@ -34,6 +35,16 @@ __all__ = [
 ]
 
 SNAPSHOT_VERSION = 1
+
+
+class _Unbound:
+    """Marks a variable that had no value (compiled handlers use it when re-entered)."""
+
+    def __repr__(self) -> str:
+        return "UNBOUND"
+
+
+UNBOUND = _Unbound()
 
 
 class SnapshotError(BranchcError, ValueError):
@@ -47,8 +58,6 @@ class FunctionMeta:
     hash: str
     kind: str
     sites: dict[int, tuple[int, int, bool]]
-    handler_vars: dict[int, str]
-    pending_vars: dict[int, list[str]]
     body_code: types.CodeType
     filename: str
     restorable: frozenset[str] = frozenset()
@@ -71,8 +80,6 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
         hash=info["hash"],
         kind=info["kind"],
         sites=info["sites"],
-        handler_vars=info["handler_vars"],
-        pending_vars=info["pending_vars"],
         body_code=body,
         filename=body.co_filename,
         restorable=frozenset(info["locals"]),
@@ -223,9 +230,9 @@ def yf_native(value: Any) -> Any:
     return value._gen if type(value) is ResumableGenerator else value
 
 
-def resume_iter(iterator: Any, into_body: bool) -> Any:
-    """The loop source when resuming: one dummy step re-enters the body without consuming an item."""
-    return itertools.chain((None,), iterator) if into_body else iterator
+def resume_iter(iterator: Any) -> Any:
+    """The loop source when resuming into its body: one dummy step re-enters it, consuming nothing."""
+    return itertools.chain((None,), iterator)
 
 
 class _Rejoin:
@@ -248,9 +255,9 @@ class _Rejoin:
         if not self.primed:
             self.primed = True
             return None
-        if value is None or not hasattr(self.sub, "send"):
+        if value is None:
             return next(self.sub)
-        return self.sub.send(value)
+        return self.sub.send(value)  # AttributeError for a plain iterator, as CPython raises it
 
     def throw(self, *args: Any) -> Any:
         throw = getattr(self.sub, "throw", None)

@@ -58,6 +58,10 @@ _SAFE_BUILTINS = frozenset(
 )
 
 
+def _is_builtin_exception(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "builtins"
+
+
 def _function_ref(value: Any) -> str | None:
     """'module:qualname' when `value` is exactly what that name holds (so it can be named, not copied)."""
     module = getattr(value, "__module__", None)
@@ -65,7 +69,8 @@ def _function_ref(value: Any) -> str | None:
     if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
         return None
     if module == "builtins":
-        return f"builtins:{qualname}" if qualname in _SAFE_BUILTINS else None
+        safe = qualname in _SAFE_BUILTINS or _is_builtin_exception(value)
+        return f"builtins:{qualname}" if safe else None
     target: Any = sys.modules.get(module)
     for part in qualname.split("."):
         target = getattr(target, part, None)
@@ -115,13 +120,13 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
             "kwdefaults": child(value.__kwdefaults__, f"{path}.__kwdefaults__"),
             "dict": child(value.__dict__, f"{path}.__dict__"),
         }
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
+        owner = value.__self__
+        if owner is not None and not isinstance(owner, types.ModuleType) and not value.__name__.startswith("__"):
+            return {"t": "method", "self": child(owner, f"{path}.__self__"), "name": value.__name__}
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         ref = _function_ref(value)
         return {"t": "ref", "ref": ref} if ref else None
-    if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
-        owner = value.__self__
-        if not isinstance(owner, types.ModuleType) and not value.__name__.startswith("__"):
-            return {"t": "method", "self": child(owner, f"{path}.__self__"), "name": value.__name__}
     return None
 
 
@@ -170,9 +175,10 @@ def _resolve_ref(entry: dict, path: str, allowed: frozenset[str]) -> Any:
         raise SnapshotDataError(path, "a ref entry is {t, ref} with ref 'module:qualname'")
     module_name, qualname = ref.split(":")
     if module_name == "builtins":
-        if qualname not in _SAFE_BUILTINS:
+        found = getattr(builtins, qualname, None) if qualname.isidentifier() else None
+        if qualname not in _SAFE_BUILTINS and not _is_builtin_exception(found):
             raise SnapshotDataError(f"{path}.ref", f"{ref} is not a builtin a snapshot may name")
-        return getattr(builtins, qualname)
+        return found
     if module_name not in allowed or module_name not in sys.modules:
         raise SnapshotDataError(f"{path}.ref", f"{ref}: module {module_name!r} is not allowed here")
     target: Any = sys.modules[module_name]

@@ -136,7 +136,7 @@ def build(
     if progress is not None:
         progress(len(files), len(files), "")
     if not result.errors:
-        _describe_tools(out, modules, result)
+        _describe_tools(out, {name: modules[name] for name in result.compiled}, result)
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "branchc": __version__,

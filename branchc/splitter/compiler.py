@@ -40,8 +40,6 @@ class CompiledFunction:
     sites: list[dict] = field(default_factory=list)
     restorable: list[str] = field(default_factory=list)
     live: dict[int, list[str]] = field(default_factory=dict)
-    handler_vars: dict[int, str] = field(default_factory=dict)
-    pending_vars: dict[int, list[str]] = field(default_factory=dict)
 
     def manifest(self) -> dict:
         """This function's entry in branchc.json: its states, suspension points and what each carries."""
@@ -255,8 +253,6 @@ def _meta_table(functions: list[CompiledFunction]) -> dict:
             "kind": f.kind,
             "hash": f.hash,
             "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
-            "handler_vars": f.handler_vars,
-            "pending_vars": f.pending_vars,
             "locals": f.restorable,
             "live": f.live,
         }
@@ -472,8 +468,6 @@ class _Splitter(cst.CSTTransformer):
             compiled.sites.append(
                 {"label": site.label, "line": span[0], "column": span[1], "span": span, "delegates": site.delegates}
             )
-        compiled.handler_vars = dict(lowerer.handler_vars)
-        compiled.pending_vars = {k: list(v) for k, v in lowerer.pending_vars.items()}
 
         params = _flat_params(node.params)
         hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names
@@ -490,8 +484,7 @@ class _Splitter(cst.CSTTransformer):
         for site in lowerer.sites:
             names = set(live.get(site.label, ())) | (captured & keep)
             names |= set(lowerer.pending_vars.get(site.label, ()))
-            if site.label in lowerer.handler_vars:
-                names.add(lowerer.handler_vars[site.label])
+            names |= set(lowerer.handler_vars.get(site.label, ()))
             if site.delegates:
                 names.add(f"_bc_yf{site.label}")
             compiled.live[site.label] = sorted(names & keep)

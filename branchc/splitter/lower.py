@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .cst import assign, block, expr, if_stmt, name, simple, yield_count
+from .cst import assign, block, expr, if_stmt, name, simple, stmt, yield_count
 
 __all__ = ["Lowerer", "YieldSite", "count_yields"]
 
@@ -80,7 +80,7 @@ class Lowerer:
         self.stack: list[_Frame] = []
         self.yield_nodes: dict[cst.CSTNode, tuple[int, str | None]] = {}  # small statement -> (label, target)
         self.names: set[str] = set()  # the variables this pass introduces
-        self.handler_vars: dict[int, str] = {}  # label -> exception var live there
+        self.handler_vars: dict[int, list[str]] = {}  # label -> exception vars live there (nested handlers)
         self.pending_vars: dict[int, list[str]] = {}  # label -> completion vars live there
 
     def new_id(self) -> int:
@@ -95,22 +95,18 @@ class Lowerer:
 
     def block(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A block that contains labels: skip what precedes the resume target."""
-        counts = [count_yields(s) for s in statements]
-        last = max((i for i, n in enumerate(counts) if n), default=-1)
         out: list[cst.BaseStatement] = []
         group: list[cst.BaseStatement] = []
-        for index, statement in enumerate(statements):
-            if counts[index] == 0:
-                plain = self.plain([statement])
-                if index < last:
-                    group += plain
-                else:
-                    out += plain
+        for statement in statements:
+            if not count_yields(statement):
+                group += self.plain([statement])
                 continue
             if group:
                 out.append(if_stmt(expr(f"not {T}"), group))
                 group = []
             out += self.labelled(statement)
+        if group:  # a try body or else clause is entered while resuming into a later clause
+            out.append(if_stmt(expr(f"not {T}"), group))
         return out
 
     def any_block(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
@@ -223,10 +219,14 @@ class Lowerer:
             loop = node.with_changes(iter=source, body=block(new_body), orelse=orelse)
             return self.guard(lo, hi, [loop], node)
         setup = if_stmt(expr(f"not {T}"), [assign(iterator, expr("iter({e})", e=node.iter))])
-        source = expr(f"{iterator} if not {T} else _bc_rt.resume_iter({iterator}, {{rng}})", rng=in_range(a, b))
+        release = cst.Finally(body=block([assign(iterator, name("None"))]))  # as CPython drops it on exit
+        # resuming into the body: one dummy step re-enters it; into `else`: the loop had ended
+        source = expr(
+            f"{iterator} if not {T} else (_bc_rt.resume_iter({iterator}) if {{rng}} else ())", rng=in_range(a, b)
+        )
         bind = if_stmt(expr(f"not {T}"), [assign(node.target, name(item))])
         loop = cst.For(target=name(item), iter=source, body=block([bind, *new_body]), orelse=orelse)
-        return self.guard(lo, hi, [setup, loop], node)
+        return self.guard(lo, hi, [setup, cst.Try(body=block([loop]), finalbody=release)], node)
 
     def try_(self, node: cst.Try) -> cst.If:
         lo, hi = self.span([node])
@@ -239,18 +239,19 @@ class Lowerer:
             frame = _Frame("fin", ident)
             self.stack.append(frame)
 
-        body = self.any_block(list(node.body.body))
+        # The body and else run (skipped) while resuming into a later clause: guard them even without labels.
+        body = self.skippable(list(node.body.body))
         h_lo = self.label + 1
-        handlers = [self.handler(h, exc, ctx) for h in node.handlers]
+        handlers = [self.handler(h, exc, ctx, ident) for h in node.handlers]
         h_hi = self.label
-        orelse = cst.Else(body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
+        orelse = cst.Else(body=block(self.skippable(list(node.orelse.body.body)))) if node.orelse else None
         if fin_labels:
             self.stack.pop()
         f_lo = self.label + 1
         new_final = self.any_block(final)
         f_hi = self.label
         for label in range(h_lo, h_hi + 1):
-            self.handler_vars[label] = exc
+            self.handler_vars.setdefault(label, []).append(exc)
         if fin_labels:
             for label in range(f_lo, f_hi + 1):
                 self.pending_vars.setdefault(label, []).append(pend)
@@ -259,7 +260,17 @@ class Lowerer:
 
         inner_body: list[cst.BaseStatement] = []
         if h_hi >= h_lo:
-            reenter = [assign(ctx, expr(f"{exc}.__context__")), simple(cst.Raise(exc=name(exc)))]
+            reenter: list[cst.BaseStatement] = []
+            for variable in sorted({h.name.name.value for h in node.handlers if h.name is not None}):
+                # the handler binds its name to the exception again: keep what the name held
+                reenter.append(
+                    stmt(
+                        f"try:\n    _bc_hv{ident}_{variable} = {variable}\n"
+                        f"except NameError:\n    _bc_hv{ident}_{variable} = _bc_rt.UNBOUND\n"
+                    )
+                )
+                self.names.add(f"_bc_hv{ident}_{variable}")
+            reenter += [assign(ctx, expr(f"{exc}.__context__")), simple(cst.Raise(exc=name(exc)))]
             inner_body.append(if_stmt(expr(f"{T} and {{rng}}", rng=in_range(h_lo, h_hi)), reenter))
         inner_body += body
 
@@ -280,14 +291,18 @@ class Lowerer:
             name=cst.AsName(name=name("_bc_x")),
             body=block(
                 [
-                    if_stmt(name(T), [assign(cst.Attribute(value=name("_bc_x"), attr=name("__context__")), name(ctx))]),
+                    if_stmt(
+                        expr(f"{T} and {{rng}}", rng=in_range(f_lo, f_hi)),
+                        [assign(cst.Attribute(value=name("_bc_x"), attr=name("__context__")), name(ctx))],
+                    ),
                     assign(pend, name("_bc_x")),
                     simple(cst.Raise()),
                 ]
             ),
         )
         outer = cst.Try(body=block(outer_body), handlers=[record], finalbody=cst.Finally(body=block(new_final)))
-        init = if_stmt(expr(f"not {T}"), [assign(pend, name("None"))])
+        # nothing is pending unless we resume into the finally itself
+        init = if_stmt(expr("not ({rng})", rng=in_range(f_lo, f_hi)), [assign(pend, name("None"))])
         return self.guard(lo, hi, [init, outer], node)
 
     def dispatch(self, pend: str, ctx: str, crossing: set[str]) -> list[cst.BaseStatement]:
@@ -307,19 +322,29 @@ class Lowerer:
                 branches.append(if_stmt(expr(f"{pend} == '{kind}'"), action))
         return [if_stmt(expr(f"{pend}.__class__ is str"), branches, [reraise])]
 
-    def handler(self, handler: cst.ExceptHandler, exc: str, ctx: str) -> cst.ExceptHandler:
+    def handler(self, handler: cst.ExceptHandler, exc: str, ctx: str, ident: int) -> cst.ExceptHandler:
         statements = list(handler.body.body)
         if not count_yields(statements):
             return handler.with_changes(body=block(self.plain(statements)))
         prefix: list[cst.BaseStatement] = []
+        resumed = [assign(cst.Attribute(value=name(exc), attr=name("__context__")), name(ctx))]
         if handler.name is not None:
+            variable = handler.name.name.value
             prefix.append(assign(exc, handler.name.name))
+            saved = f"_bc_hv{ident}_{variable}"
+            resumed.append(
+                stmt(f"if {saved} is _bc_rt.UNBOUND:\n    del {variable}\nelse:\n    {variable} = {saved}\n")
+            )
             new = handler
         else:
             new = handler.with_changes(name=cst.AsName(name=name(exc)))
-        fix = assign(cst.Attribute(value=name(exc), attr=name("__context__")), name(ctx))
-        prefix.append(if_stmt(name(T), [fix]))
+        prefix.append(if_stmt(name(T), resumed))
         return new.with_changes(body=block([*prefix, *self.block(statements)]))
+
+    def skippable(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        if count_yields(statements):
+            return self.block(statements)
+        return [if_stmt(expr(f"not {T}"), self.plain(statements))] if statements else []
 
     def match(self, node: cst.Match) -> cst.If:
         lo, hi = self.span([node])
