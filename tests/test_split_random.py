@@ -143,7 +143,7 @@ class _Writer:
             return f"{{{self.num(depth + 1)}: {x()}}}"
         if kind == "v":
             return f"v({x()})"
-        if self.chance(50):
+        if self.chance(70):
             self.uses_helper = True
             return f"(yield from helper({self.pick(('0', '1', '2'))}))"
         return f"(yield from [{x()}, {x()}])"
@@ -183,8 +183,8 @@ class _Writer:
         if "handler" in ctx:
             kinds += ["reraise"]
         kind = self.pick(tuple(kinds))
-        if kind == "raise" and self.chance(40):
-            kind = "return"  # rarer than a raise: it ends the trace
+        if kind == "raise" and depth and self.chance(25):
+            kind = "return"  # rare, and never at the top level: it ends the program
         if kind == "emit":
             return [f"out({self.value()})"]
         if kind == "assign":
@@ -196,7 +196,7 @@ class _Writer:
         if kind == "yield-assign":
             return [f"{self.pick(NAMES)} = yield {self.value(1)}"]
         if kind == "yield-from":
-            if self.chance(50):
+            if self.chance(70):
                 self.uses_helper = True
                 return [f"r = yield from helper({self.pick(('0', '1', '2'))})"]
             return [f"yield from [{self.value(1)}, {self.value(1)}]"]

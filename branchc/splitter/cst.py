@@ -94,7 +94,11 @@ def yield_count(node: cst.CSTNode) -> int:
     count = _COUNTS.get(node)
     if count is not None:
         return count
-    if isinstance(node, _SCOPES):
+    if isinstance(node, cst.FunctionDef):  # decorators and defaults run in the enclosing scope
+        count = sum(yield_count(d.decorator) for d in node.decorators) + _default_yields(node.params)
+    elif isinstance(node, cst.Lambda):
+        count = _default_yields(node.params)
+    elif isinstance(node, _SCOPES):
         count = 0
     elif isinstance(node, _COMPREHENSIONS):
         count = yield_count(node.for_in.iter)  # only the first iterable runs in the enclosing scope
@@ -102,6 +106,11 @@ def yield_count(node: cst.CSTNode) -> int:
         count = isinstance(node, cst.Yield) + sum(map(yield_count, node.children))
     _COUNTS[node] = count
     return count
+
+
+def _default_yields(params: cst.Parameters) -> int:
+    every = (*params.posonly_params, *params.params, *params.kwonly_params)
+    return sum(yield_count(p.default) for p in every if p.default is not None)
 
 
 def reset_counts() -> None:

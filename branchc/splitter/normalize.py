@@ -70,7 +70,33 @@ def _children(node: cst.BaseExpression) -> list[cst.BaseExpression]:
         return [node.for_in.iter]
     if isinstance(node, cst.Await):
         return [node.expression]
+    if isinstance(node, cst.Lambda):
+        return _defaults(node.params)
     return []
+
+
+def _defaults(params: cst.Parameters) -> list[cst.BaseExpression]:
+    """Default values, in the order CPython evaluates them (positional, then keyword-only)."""
+    positional = [p.default for p in (*params.posonly_params, *params.params) if p.default is not None]
+    return positional + [p.default for p in params.kwonly_params if p.default is not None]
+
+
+def _unpacked(node: cst.BaseExpression) -> dict[cst.CSTNode, str]:
+    """Children that are unpacked (`*a`, `**m`) where they stand."""
+    found: dict[cst.CSTNode, str] = {}
+    if isinstance(node, cst.Call):
+        for arg in node.args:
+            if arg.star:
+                found[arg.value] = arg.star
+    elif isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        for element in node.elements:
+            if isinstance(element, cst.StarredElement):
+                found[element.value] = "*"
+    elif isinstance(node, cst.Dict):
+        for element in node.elements:
+            if isinstance(element, cst.StarredDictElement):
+                found[element.value] = "**"
+    return found
 
 
 def _fstring_children(parts) -> list[cst.BaseExpression]:
@@ -127,13 +153,14 @@ class Normalizer:
             return self.lift_ifexp(node)
         if isinstance(node, cst.Comparison) and len(node.comparisons) > 1:
             return self.lift_chain(node)
-        if isinstance(node, cst.Lambda):
-            return [], node
+        if isinstance(node, cst.FormattedString):
+            return self.lift_fstring(node)
         kids = _children(node)
         if isinstance(node, cst.BooleanOperation):
             kids = [node.left]
         elif isinstance(node, cst.IfExp):
             kids = [node.test]
+        unpacked = _unpacked(node)
         last = max(i for i, kid in enumerate(kids) if contains_yield(kid))
         pre: list[cst.BaseStatement] = []
         replacements: dict[cst.CSTNode, cst.CSTNode] = {}
@@ -142,11 +169,47 @@ class Normalizer:
             pre += kid_pre
             if index < last and not _is_literal(new_kid):
                 spilled = self.temp()
-                pre.append(assign(spilled, new_kid))
+                # `*a` and `**m` are unpacked where they stand, before what follows is evaluated
+                star = unpacked.get(kid)
+                value = expr("(*{v},)", v=new_kid) if star == "*" else expr("{**{v}}", v=new_kid) if star else new_kid
+                pre.append(assign(spilled, value))
                 new_kid = name(spilled)
             if new_kid is not kid:
                 replacements[kid] = new_kid
         return pre, node.visit(_Replace(replacements))
+
+    def lift_fstring(self, node: cst.FormattedString) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        """Each `{value:spec}` is formatted where it stands: a part before a later yield is spilled
+        already formatted, so a bad format spec fails before the later yield, as in CPython."""
+        parts = list(node.parts)
+        holes = [i for i, p in enumerate(parts) if isinstance(p, cst.FormattedStringExpression)]
+        last = max(i for i in holes if contains_yield(parts[i]))
+        pre: list[cst.BaseStatement] = []
+        new_parts = list(parts)
+        for index in holes:
+            if index > last:
+                break
+            part = parts[index]
+            value_pre, value = self.lift(part.expression)
+            pre += value_pre
+            spec = part.format_spec
+            if spec and contains_yield(list(spec)):
+                if not _is_literal(value):  # the value is evaluated before its format spec
+                    held = self.temp()
+                    pre.append(assign(held, value))
+                    value = name(held)
+                inner = cst.FormattedString(parts=list(spec), start='f"', end='"')
+                spec_pre, spec_value = self.lift_fstring(inner)
+                pre += spec_pre
+                spec = spec_value.parts if isinstance(spec_value, cst.FormattedString) else spec
+            lifted = part.with_changes(expression=value, format_spec=spec)
+            if index < last:
+                spilled = self.temp()
+                single = cst.FormattedString(parts=[lifted], start='f"', end='"')
+                pre.append(assign(spilled, single))
+                lifted = cst.FormattedStringExpression(expression=name(spilled))
+            new_parts[index] = lifted
+        return pre, node.with_changes(parts=new_parts)
 
     def lift_yield(self, node: cst.Yield) -> tuple[list[cst.BaseStatement], cst.Yield]:
         """Lift what is inside a yield; the yield itself stays."""
@@ -226,6 +289,8 @@ class Normalizer:
             return [self.try_(node)]
         if isinstance(node, cst.Match):
             return self.match(node)
+        if isinstance(node, cst.FunctionDef):
+            return self.function_def(node)
         if isinstance(node, cst.With):
             self.refuse(
                 node,
@@ -239,6 +304,14 @@ class Normalizer:
         return [node]
 
     def small(self, node: cst.BaseSmallStatement, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        first = self.temps
+        out = self.small_statement(node, line)
+        if self.temps > first and not isinstance(node, (cst.Return, cst.Raise)):
+            # temporaries hold what CPython keeps on its stack: let them go when the statement is done
+            out += [assign(f"{PREFIX}t{n}", name("None")) for n in range(first + 1, self.temps + 1)]
+        return out
+
+    def small_statement(self, node: cst.BaseSmallStatement, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
         if isinstance(node, cst.Expr):
             if isinstance(node.value, cst.Yield):
                 pre, value = self.lift_yield(node.value)
@@ -288,6 +361,18 @@ class Normalizer:
             return [*pre, line.with_changes(body=[node.with_changes(test=test)])]
         self.refuse(node, "yield inside this statement is not supported", "assign the yielded value to a name first")
         return [line]
+
+    def function_def(self, node: cst.FunctionDef) -> list[cst.BaseStatement]:
+        """Decorators and defaults run in this scope, in this order, before the def binds its name."""
+        pre: list[cst.BaseStatement] = []
+        replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+        for part in [d.decorator for d in node.decorators] + _defaults(node.params):
+            part_pre, value = self.lift(part)
+            pre += part_pre
+            spilled = self.temp()
+            pre.append(assign(spilled, value))
+            replacements[part] = name(spilled)
+        return [*pre, node.visit(_Replace(replacements))]
 
     def augassign(self, node: cst.AugAssign, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
         """`t op= v`: CPython reads the target before it evaluates v, so read it into a temporary first."""
