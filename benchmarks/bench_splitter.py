@@ -32,7 +32,7 @@ from branchc.splitter import load_source
 from branchc.splitter.build import build
 
 PROGRAMS = textwrap.dedent(
-    '''
+    """
     from branchc import resumable
 
 
@@ -55,7 +55,7 @@ PROGRAMS = textwrap.dedent(
             history.append({"role": "assistant", "content": reply})
             state = {"turn": i, "last": reply, "size": len(history)}
         return state
-    '''
+    """
 )
 
 STRAIGHT = 200
@@ -95,8 +95,8 @@ def bench_steps(repeat: int, n: int) -> None:
     native, compiled = modules()
     print("1. step cost (median ns per step)")
     rows = [
-        ("(a) counter loop", lambda m: (lambda: m.counter(n)), None),
-        ("(b) tool loop", lambda m: (lambda: m.tool_loop(n)), "an answer"),
+        ("(a) counter loop", lambda m: lambda: m.counter(n), None),
+        ("(b) tool loop", lambda m: lambda: m.tool_loop(n), "an answer"),
         (f"(c) {STRAIGHT} straight yields", lambda m: m.straight, 5),
     ]
     for title, factory, value in rows:
@@ -134,8 +134,10 @@ def bench_snapshot(repeat: int) -> None:
     ours_size = len(json.dumps(snapshot(generator), separators=(",", ":")))
     base_size = len(json.dumps(baseline_data, separators=(",", ":")))
     print("2. snapshot + JSON + resume of a tool holding 20 messages")
-    print(f"   branchc {ours_time * 1e6:7.1f} µs   json of live data {base_time * 1e6:7.1f} µs   "
-          f"ratio {ours_time / base_time:5.2f}x")
+    print(
+        f"   branchc {ours_time * 1e6:7.1f} µs   json of live data {base_time * 1e6:7.1f} µs   "
+        f"ratio {ours_time / base_time:5.2f}x"
+    )
     print(f"   size    {ours_size:7d} B    json of live data {base_size:7d} B    ratio {ours_size / base_size:5.2f}x")
 
 
@@ -222,8 +224,10 @@ def bench_compile(lines_target: int) -> None:
         assert not again.compiled
         print(f"3. compile throughput on {index} files, {lines} lines")
         print(f"   LibCST parse + codegen {lines / libcst_time:8.0f} lines/s")
-        print(f"   branchc compile (cold) {lines / cold:8.0f} lines/s   "
-              f"ratio to LibCST {(lines / cold) / (lines / libcst_time):5.2f}")
+        print(
+            f"   branchc compile (cold) {lines / cold:8.0f} lines/s   "
+            f"ratio to LibCST {(lines / cold) / (lines / libcst_time):5.2f}"
+        )
         print(f"   no-change rebuild      {cached:8.3f} s")
     finally:
         shutil.rmtree(root)

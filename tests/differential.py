@@ -95,7 +95,7 @@ def trace(source: str, script: list[tuple], mode: str, args: tuple = ()) -> list
                 raise AssertionError(op)
         except StopIteration as stop:
             result = ("return", repr(stop.value))
-        except BaseException as error:  # noqa: BLE001 - the trace records it (GeneratorExit too)
+        except BaseException as error:
             result = ("raise", _exc(error))
         out.append((op, result, list(log)))
     return out

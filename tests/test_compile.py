@@ -95,13 +95,13 @@ def test_compile_writes_modules_with_package_structure_and_a_manifest(tree: Path
 def test_compiled_tracebacks_point_at_the_source(tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert branchc("compile", str(tree), "-o", str(out)).returncode == 0
-    done = python(
-        "from games.counter import counter\ng = counter(3)\nnext(g)\ng.send(0)\n", path=out, cwd=tmp_path
-    )
+    done = python("from games.counter import counter\ng = counter(3)\nnext(g)\ng.send(0)\n", path=out, cwd=tmp_path)
     source = tree / "games" / "counter.py"
     lines = GAME.splitlines()
-    assert f'File "{source.resolve()}", line {lines.index("        total += helper(sent)") + 1}, in counter' in done.stderr
-    assert f'line {lines.index("    return 10 // x") + 1}, in helper' in done.stderr
+    assert (
+        f'File "{source.resolve()}", line {lines.index("        total += helper(sent)") + 1}, in counter' in done.stderr
+    )
+    assert f"line {lines.index('    return 10 // x') + 1}, in helper" in done.stderr
     assert "ZeroDivisionError" in done.stderr
 
 
@@ -235,7 +235,9 @@ def test_check_reports_compiler_style_with_hints(tmp_path: Path) -> None:
     assert "hint: close the resource before the yield" in done.stderr
     lines = bad.read_text().splitlines()
     assert f"{bad}:{lines.index('async def later():') + 1}:1: error: later is async" in done.stderr
-    assert f"{bad}:{lines.index('def plain():') + 1}:1: error: plain has no yield, so it is not a generator" in done.stderr
+    assert (
+        f"{bad}:{lines.index('def plain():') + 1}:1: error: plain has no yield, so it is not a generator" in done.stderr
+    )
     syntax = tmp_path / "syntax.py"
     syntax.write_text("x = 1\ndef f(:\n    pass\n")
     done = branchc("check", str(syntax))

@@ -1,7 +1,6 @@
 """First differential checks of the splitter (the full corpus is in test_split_programs.py)."""
 
 import pytest
-
 from differential import check
 
 N = ("next",)
@@ -244,6 +243,7 @@ def gen(a, b=2, *rest, c, d=4, **kw):
     ),
 ]
 
+
 @pytest.mark.parametrize("index", range(len(PROGRAMS)))
 def test_program(index):
     source, script = PROGRAMS[index]
@@ -265,5 +265,7 @@ def test_a_native_generator_in_progress_cannot_travel():
     module.emit = print
     generator = module.gen()
     next(generator)
-    with pytest.raises(NotSerializableError, match=r"gen \(waiting at <prog_\d+_c>:11\): the iterator of a `yield from`"):
+    with pytest.raises(
+        NotSerializableError, match=r"gen \(waiting at <prog_\d+_c>:11\): the iterator of a `yield from`"
+    ):
         snapshot(generator)

@@ -244,6 +244,8 @@ class Lowerer:
         h_lo = self.label + 1
         handlers = [self.handler(h, exc, ctx, ident) for h in node.handlers]
         h_hi = self.label
+        if h_hi >= h_lo:
+            handlers = self.resume_matching(node.handlers, handlers, h_lo)
         orelse = cst.Else(body=block(self.skippable(list(node.orelse.body.body)))) if node.orelse else None
         if fin_labels:
             self.stack.pop()
@@ -340,6 +342,25 @@ class Lowerer:
             new = handler.with_changes(name=cst.AsName(name=name(exc)))
         prefix.append(if_stmt(name(T), resumed))
         return new.with_changes(body=block([*prefix, *self.block(statements)]))
+
+    def resume_matching(self, original, handlers, first_label: int) -> list[cst.ExceptHandler]:
+        """While resuming, the re-raised exception must reach the handler that holds the label,
+        without evaluating the `except` expressions again (they may have side effects)."""
+        out = []
+        label = first_label
+        for source, handler in zip(original, handlers, strict=True):
+            count = count_yields(list(source.body.body))
+            if handler.type is not None:
+                if count:
+                    chosen = expr("BaseException if {rng} else ()", rng=in_range(label, label + count - 1))
+                else:
+                    chosen = expr("()")
+                handler = handler.with_changes(
+                    type=expr(f"{{e}} if not {T} else ({{c}})", e=paren(handler.type), c=chosen)
+                )
+            label += count
+            out.append(handler)
+        return out
 
     def skippable(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         if count_yields(statements):
