@@ -30,11 +30,10 @@ from branchc.runtime.errors import BranchcError
 ALLOWED = frozenset({fx.__name__})
 
 
-def roundtrip(roots: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+def roundtrip(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]:
     """encode -> strict JSON text -> decode, as a snapshot travels."""
-    data = encode(roots, extension=kwargs.pop("extension", None))
-    text = json.dumps(data, allow_nan=False)
-    return decode(json.loads(text), allowed_modules=kwargs.pop("allowed", ALLOWED), **kwargs)
+    text = json.dumps(encode(roots, extension=extension), allow_nan=False)
+    return decode(json.loads(text), allowed_modules=ALLOWED)
 
 
 def canon(x: Any, seen: dict[int, tuple[int, Any]] | None = None) -> Any:
@@ -394,11 +393,6 @@ def _generator():
 
 async def _coroutine() -> None:
     pass
-
-
-@dataclasses.dataclass
-class LocalPoint:  # module level in a module a restore would not allow; fine to encode
-    x: int
 
 
 def test_refusals_name_the_path_the_type_and_a_fix(tmp_path) -> None:

@@ -19,6 +19,10 @@ same data (so a snapshot costs little more than that JSON to write, store and re
 
 Strings never go to the table: their identity is not observable in practice.
 
+NotSerializableError paths start at the root name: ``history[3]['when']``, ``point.tags[0]``,
+``err.args[1]``, ``tags<item 2>`` (a set, in iteration order), ``counts<key 0>`` (a dict key),
+``it<source>[4]`` (what an iterator runs over).
+
 `decode(data, allowed_modules=...)` rebuilds the graph. It runs no code named by the data
 except constructors of the fixed builtin types here and classes (enums, pydantic models,
 dataclasses, exceptions) whose module is in `allowed_modules`; it never calls pickle,

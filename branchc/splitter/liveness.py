@@ -193,8 +193,8 @@ class _Graph:
         ident = len(self.nodes)
         self.nodes[ident] = node
         self.graph.add_node(ident)
-        if self.tries:
-            self.graph.add_edge(ident, self.tries[-1].dispatch)
+        if self.tries:  # an exception may leave at any point, before the node's own writes happen
+            self.graph.add_edge(ident, self.tries[-1].dispatch, exceptional=True)
         return ident
 
     def link(self, sources: list[int], target: int) -> None:
@@ -353,15 +353,22 @@ def live_variables(
     ends = graph.block(statements, [])
     graph.link(ends, graph.exit)
 
+    edges = graph.graph.adj
     live_in: dict[int, set[str]] = {n: set() for n in graph.nodes}
+
+    def outs(ident: int) -> tuple[set[str], set[str]]:
+        normal: set[str] = set()
+        exceptional: set[str] = set()
+        for succ, data in edges[ident].items():
+            (exceptional if data.get("exceptional") else normal).update(live_in[succ])
+        return normal, exceptional
+
     work = list(graph.nodes)
     while work:
         ident = work.pop()
         info = graph.nodes[ident]
-        out: set[str] = set()
-        for succ in graph.graph.successors(ident):
-            out |= live_in[succ]
-        new = info.uses | (out - info.defs)
+        normal, exceptional = outs(ident)
+        new = info.uses | (normal - info.defs) | exceptional
         if new != live_in[ident]:
             live_in[ident] = new
             work.extend(graph.graph.predecessors(ident))
@@ -370,7 +377,7 @@ def live_variables(
     result: dict[int, set[str]] = {}
     for ident, info in graph.nodes.items():
         if info.label is not None:
-            out = set().union(*(live_in[s] for s in graph.graph.successors(ident)))
+            normal, exceptional = outs(ident)  # a throw() at the yield leaves before the assignment
             target = targets.get(info.label)
-            result[info.label] = out - ({target} if target else set())
+            result[info.label] = (normal - ({target} if target else set())) | exceptional
     return result, graph.captured
