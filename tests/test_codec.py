@@ -367,7 +367,8 @@ def test_iterators_keep_their_position(name: str) -> None:
 def test_dict_and_set_iterators_continue_over_what_was_left(name: str) -> None:
     original, expected = CONVERTED[name](), CONVERTED[name]()
     restored = roundtrip({"it": original})["it"]
-    assert type(restored) is type(iter([]))
+    # a forward dict iterator stays one (over a new dict of what is left); the others become list iterators
+    assert type(restored) is (type(expected) if name in ("dict keys", "dict values", "dict items") else type(iter([])))
     assert _rest(restored) == _rest(expected)
 
 

@@ -831,6 +831,32 @@ def gen():
     return i
 """, [N, N, N, S("e")], [N, S("break")], [N, N, N, T("ValueError")]))
 
+add(prog("for-body-never-loops-back", """
+@resumable
+def gen(kind):
+    for i in range(3):
+        got = yield ("body", i)
+        if kind == 0:
+            return ("returned", got)
+        if kind == 1:
+            break
+        raise ValueError(got)
+    return "after loop"
+""", [N, S(1)], [N, T("KeyError")], [N, C], args=(0,)))
+add(prog("for-body-never-loops-back-break", """
+@resumable
+def gen():
+    for i in range(3):
+        try:
+            got = yield ("body", i)
+        finally:
+            emit(("finally", i))
+        break
+    else:
+        yield "no break"
+    return "after loop"
+""", [N, S(1), N], [N, T("KeyError")]))
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # return
@@ -932,6 +958,24 @@ def gen():
     [N, S(1), S(2), T("RuntimeError", "in finally"), N],
     [N, T("ValueError"), C],
 ))
+
+add(prog("try-throw-leaves-assignment-target-unassigned", """
+@resumable
+def gen():
+    b = "old"
+    try:
+        b = yield 1
+    except ValueError:
+        yield ("handler sees", b)
+    finally:
+        emit(("finally sees", b))
+    c = "old c"
+    try:
+        c, d = yield 2
+    except KeyError:
+        pass
+    return b, c
+""", [N, T("ValueError"), N, T("KeyError"), N], [N, S("new"), S((1, 2))], [N, T("KeyError")], [N, C]))
 
 add(prog("try-nested-in-handler", """
 import sys
@@ -2526,6 +2570,13 @@ def gen():
     x = yield "first"
     return x
 """, [S(1), N, S(2)], [S(None), S(1)], [S(1), S(1), C, N]))
+
+add(prog("protocol-send-non-none-unstarted-with-args", """
+@resumable
+def gen(a, b=2, *rest, k="kw"):
+    x = yield (a, b, rest, k)
+    return a, b, x
+""", [S(1), N, S(3)], [S(1), S(2), N, N], [S("v"), C, N], args=(10, 20, 30)))
 
 add(prog("protocol-close-states", """
 @resumable

@@ -423,11 +423,17 @@ def _reduce(e: _Encoder, x: Any, path: Any) -> tuple:
     return reduced
 
 
+_DICT_ITERATORS = {type(iter({})): "DK", type(iter({}.values())): "DV", type(iter({}.items())): "DI"}
+
+
 def _seq_iter(e: _Encoder, x: Any, path: Any, out: list) -> None:
-    """[source, position]; dict and set iterators reduce to an iterator over what is left."""
+    """[source, position]; dict and set iterators reduce to an iterator over what is left
+    (a dict iterator comes back as one, over a new dict of the items left)."""
     fn, (source,), *position = _reduce(e, x, path)
     if fn is reversed:
         out[0] = "R"
+    elif type(x) in _DICT_ITERATORS:
+        out[0] = _DICT_ITERATORS[type(x)]
     out.append(e.enc(source, (path, "source", "<{}>")))
     out += position
 
@@ -882,6 +888,17 @@ def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseExc
     return obj
 
 
+def _dec_dict_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    (left,) = _parts((list, "a list of what is left"))(d, x, path)
+    if x[0] == "DK":
+        return _call(path, lambda: iter(dict.fromkeys(left)))
+    if x[0] == "DV":
+        return iter(dict(enumerate(left)).values())
+    if not all(type(item) is tuple and len(item) == 2 for item in left):
+        raise SnapshotDataError(_fmt((path, 1)), "expected (key, value) pairs")
+    return _call(path, lambda: iter(dict(left).items()))
+
+
 def _dec_seq_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     reverse = x[0] == "R"
     source, *position = _parts((_ITER_SOURCES, "a sequence"), _INT, optional=1)(d, x, path)
@@ -958,6 +975,9 @@ _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
     "x": _dec_exception,
     "I": _dec_seq_iter,
     "R": _dec_seq_iter,
+    "DK": _dec_dict_iter,
+    "DV": _dec_dict_iter,
+    "DI": _dec_dict_iter,
     "en": _dec_call(enumerate, 2, 2),
     "zp": _dec_zip,
     "cn": _dec_call(itertools.count, 1, 2),

@@ -235,17 +235,19 @@ def resume_iter(iterator: Any) -> Any:
     return itertools.chain((None,), iterator)
 
 
-class _Rejoin:
-    """Re-enters a `yield from` that was in progress: the first step only suspends (the resume
-    priming); later steps go to the sub-iterator exactly as CPython's delegation does."""
+class _RejoinIterator:
+    """Re-enters a `yield from` over a plain iterator that was in progress: the first step only
+    suspends (the resume priming); later steps go to the iterator as CPython's delegation does.
+    It has no `throw` or `close`, like the iterator: CPython then raises a thrown exception in the
+    delegating generator itself, and closing does not touch the iterator."""
 
     __slots__ = ("primed", "sub")
 
     def __init__(self, sub: Any) -> None:
-        self.sub = yf_native(sub)
+        self.sub = sub
         self.primed = False
 
-    def __iter__(self) -> _Rejoin:
+    def __iter__(self) -> _RejoinIterator:
         return self
 
     def __next__(self) -> Any:
@@ -259,12 +261,14 @@ class _Rejoin:
             return next(self.sub)
         return self.sub.send(value)  # AttributeError for a plain iterator, as CPython raises it
 
+
+class _RejoinGenerator(_RejoinIterator):
+    """The same, for a sub-generator: throw and close are forwarded to it."""
+
+    __slots__ = ()
+
     def throw(self, *args: Any) -> Any:
-        throw = getattr(self.sub, "throw", None)
-        if throw is None:
-            error = args[0] if len(args) == 1 else (args[1] if args[1] is not None else args[0]())
-            raise error
-        return throw(*args)
+        return self.sub.throw(*args)
 
     def close(self) -> None:
         close = getattr(self.sub, "close", None)
@@ -272,8 +276,11 @@ class _Rejoin:
             close()
 
 
-def rejoin(sub: Any, _reset: int) -> _Rejoin:
-    return _Rejoin(sub)
+def rejoin(sub: Any, _reset: int) -> _RejoinIterator:
+    sub = yf_native(sub)
+    if hasattr(sub, "throw"):
+        return _RejoinGenerator(sub)
+    return _RejoinIterator(sub)
 
 
 # -- resuming --------------------------------------------------------------------------------
