@@ -22,7 +22,7 @@ import sys
 import types
 from typing import Any
 
-from branchc.splitter import load_source
+from branchc.splitter import compile_module
 
 _counter = itertools.count()
 
@@ -47,11 +47,22 @@ def _fresh_namespace(module: types.ModuleType) -> list[Any]:
     return log
 
 
+_COMPILED: dict[str, Any] = {}
+
+
 def load(source: str, compiled: bool) -> types.ModuleType:
     name = f"prog_{next(_counter)}_{'c' if compiled else 'n'}"
     source = "from branchc import resumable\n" + source
-    if compiled:
-        return load_source(source, name, f"<{name}>")
+    if compiled:  # compile each program once; every mode gets a fresh module of its own
+        if source not in _COMPILED:
+            if len(_COMPILED) > 64:
+                _COMPILED.clear()
+            _COMPILED[source] = compile_module(source, "<prog>")
+        module = types.ModuleType(name)
+        module.__file__ = f"<{name}>"
+        sys.modules[name] = module
+        exec(_COMPILED[source].code_object(f"<{name}>"), module.__dict__)
+        return module
     module = types.ModuleType(name)
     sys.modules[name] = module
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)

@@ -23,7 +23,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from differential import check
-from split_helpers import compile_once
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
 if importlib.util.find_spec("branchc.runtime.snapshot") is not None:
@@ -328,5 +327,4 @@ def scripts(draw) -> list[tuple]:
 )
 @given(source=programs(), script=scripts(), arg=st.integers(0, 2))
 def test_random_program(source, script, arg):
-    with compile_once():
-        check(source, script, (arg,), modes=MODES_NOW)
+    check(source, script, (arg,), modes=MODES_NOW)

@@ -357,7 +357,10 @@ def make_generator(
     closure = tuple(free[n] if n in free else types.CellType() for n in code.co_freevars)
     body = types.FunctionType(code, meta.globals, code.co_name, None, closure or None)
     nargs = code.co_argcount - 1
-    gen = body(*([None] * nargs), _Resume(label if state == "suspended" else 0, values))
+    if state == "created":  # not started: the arguments are simply its parameters
+        gen = body(*(values.get(n) for n in code.co_varnames[:nargs]), None)
+    else:
+        gen = body(*([None] * nargs), _Resume(label, values))
     wrapper = ResumableGenerator(gen, body)
     if state == "suspended":
         gen.send(None)  # runs the prologue and stops at the label: suspended exactly as snapshotted

@@ -80,7 +80,7 @@ class Lowerer:
         self.stack: list[_Frame] = []
         self.yield_nodes: dict[cst.CSTNode, tuple[int, str | None]] = {}  # small statement -> (label, target)
         self.names: set[str] = set()  # the variables this pass introduces
-        self.handler_vars: dict[int, list[str]] = {}  # label -> exception vars live there (nested handlers)
+        self.handler_vars: dict[int, list[str]] = {}  # label -> variables a resume there reads
         self.pending_vars: dict[int, list[str]] = {}  # label -> completion vars live there
 
     def new_id(self) -> int:
@@ -212,6 +212,8 @@ class Lowerer:
         self.stack.append(_Frame("loop"))
         new_body = self.any_block(body)
         self.stack.pop()
+        for label in range(a, b + 1):  # resuming into the body reads the iterator
+            self.handler_vars.setdefault(label, []).append(iterator)
         orelse = cst.Else(body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
         if b < a:
             # Only `else` holds labels: resuming there means the loop had ended.
