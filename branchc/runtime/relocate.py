@@ -10,16 +10,32 @@ from __future__ import annotations
 
 import ast
 import bisect
+import gc
 import types
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["relocate", "relocated_code"]
+__all__ = ["gc_paused", "relocate", "relocated_code"]
 
 LineMap = dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
 
 
+@contextmanager
+def gc_paused():
+    """CPython 3.11 can fail building an AST ("AST constructor recursion depth mismatch") when a
+    garbage collection runs a finalizer in the middle; building one is quick, so hold collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def relocated_code(text: str, line_map: LineMap, filename: str) -> types.CodeType:
-    tree = ast.parse(text)
+    with gc_paused():
+        tree = ast.parse(text)
     if line_map:
         known = sorted(line_map)
 
@@ -40,7 +56,9 @@ def relocated_code(text: str, line_map: LineMap, filename: str) -> types.CodeTyp
             else:
                 node.col_offset = max(0, node.col_offset + delta)
                 node.end_col_offset = max(0, (node.end_col_offset or 0) + end_delta)
-    return _rename_bodies(compile(tree, filename, "exec", dont_inherit=True))
+    with gc_paused():
+        code = compile(tree, filename, "exec", dont_inherit=True)
+    return _rename_bodies(code)
 
 
 def _is_body(code: types.CodeType) -> bool:

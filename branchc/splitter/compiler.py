@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ..runtime.relocate import relocated_code
+from ..runtime.relocate import gc_paused, relocated_code
 from .cst import PREFIX, block, contains_yield, reset_counts, simple
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
@@ -86,7 +86,8 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     whose text is replaced, and two header lines (the runtime import and the metadata).
     """
     try:  # CPython's own parser first: it names syntax errors best
-        tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        with gc_paused():
+            tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         module = cst.parse_module(source)
     except SyntaxError as error:
         message = f"syntax error: {error.msg}"
