@@ -109,6 +109,11 @@ def trace(source: str, script: list[tuple], mode: str, args: tuple = ()) -> list
         except BaseException as error:
             result = ("raise", _exc(error))
         out.append((op, result, list(log)))
+    for old in kept:  # the trace is done: let the snapshotted originals finish quietly
+        try:
+            old.close()
+        except BaseException:
+            pass
     return out
 
 
