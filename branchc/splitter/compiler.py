@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 import symtable
 import types
 from dataclasses import dataclass, field
@@ -17,12 +18,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ..runtime.relocate import gc_paused, relocated_code
-from .cst import PREFIX, block, contains_yield, reset_counts, simple
+from .cst import PREFIX, block, contains_yield, index_function, reset_counts, simple
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
 from .lower import Lowerer
 from .normalize import Normalizer
-from .positions import Positions
+from .positions import KINDS_NEEDED, Positions
 
 __all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
 
@@ -104,15 +105,17 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     if not finder.outermost:
         return CompiledModule(path, source, [], [], {})
     positions = Positions(tree, source, finder.functions, [node for node, _ in finder.outermost])
+    for node, _ in finder.outermost:  # one walk per function: yield counts, and nodes for positions
+        positions.indexed[node] = index_function(node, KINDS_NEEDED)
     reporter = Reporter(path, positions)
     local_names = _original_locals(source, path)
     functions: list[CompiledFunction] = []
     replacements: list[tuple[int, int, list[str], list[int]]] = []  # first line, last line, new text, old lines
     lines = source.splitlines()
     for node, scopes in finder.outermost:
-        splitter = _Splitter(finder, reporter, module, local_names, scopes)
+        splitter = _Splitter(finder, reporter, module, local_names, scopes, lines)
         kinds = [k for k in map(finder.kind, node.decorators) if k]
-        if kinds and not _nested_defs(node):  # the common case: no transform pass over the function
+        if kinds and node not in finder.has_nested:  # the common case: no transform pass over the function
             compiled = splitter.compile_function(node, node, kinds[0])
         else:
             compiled = node.visit(splitter)
@@ -136,22 +139,6 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
         return CompiledModule(path, source, [], reporter.diagnostics, {})
     code, line_map = _splice(lines, replacements, _header_line(tree), _header(functions))
     return CompiledModule(path, code, functions, reporter.diagnostics, line_map)
-
-
-def _nested_defs(node: cst.FunctionDef) -> bool:
-    """Whether a def holds other defs (which may be compiled: then the transform pass runs)."""
-
-    class Find(cst.CSTVisitor):
-        found = False
-
-        def visit_FunctionDef(self, inner: cst.FunctionDef) -> bool:
-            if inner is not node:
-                Find.found = True
-            return not Find.found
-
-    finder = Find()
-    node.visit(finder)
-    return Find.found
 
 
 def _header_line(tree: ast.Module) -> int:
@@ -270,15 +257,26 @@ class _Targets(cst.CSTVisitor):
         self.modules: set[str] = set()  # names bound to the branchc package
         self.tools: set[str] = set()
         self.native_generators: set[str] = set()  # module-level generator functions left uncompiled
+        self.module_defs: dict[str, cst.FunctionDef] = {}
+        self.has_nested: set[cst.FunctionDef] = set()  # defs with defs inside
         self.functions: list[cst.FunctionDef] = []  # every def, in document order
         self.outermost: list[tuple[cst.FunctionDef, list[tuple[str, str]]]] = []  # to splice, with their scopes
         self._scopes: list[tuple[str, str]] = []
         self._frames: list[list] = []  # per open def: [node, scopes, holds a compiled function]
 
     def visit_Module(self, node: cst.Module) -> None:
-        for statement in node.body:
-            if isinstance(statement, cst.FunctionDef) and contains_yield(list(statement.body.body)):
-                self.native_generators.add(statement.name.value)
+        self.module_defs = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
+
+    def is_native_generator(self, name: str) -> bool:
+        """A module-level generator function that is not compiled (asked only when it matters)."""
+        if name not in self.native_generators:
+            definition = self.module_defs.get(name)
+            if definition is None or any(self.kind(d) for d in definition.decorators):
+                return False
+            if not contains_yield(list(definition.body.body)):
+                return False
+            self.native_generators.add(name)
+        return True
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._scopes.append((node.name.value, "class"))
@@ -288,6 +286,8 @@ class _Targets(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
+        if self._frames:
+            self.has_nested.add(self._frames[-1][0])
         self._frames.append([node, list(self._scopes), False])
         self._scopes.append((node.name.value, "function"))
 
@@ -329,11 +329,6 @@ class _Targets(cst.CSTVisitor):
             and node.attr.value == "tool"
         )
 
-    def leave_Module(self, node: cst.Module) -> None:
-        for statement in node.body:
-            if isinstance(statement, cst.FunctionDef) and any(self.kind(d) for d in statement.decorators):
-                self.native_generators.discard(statement.name.value)
-
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self.is_tool_factory(node.value.func):
             for target in node.targets:
@@ -370,6 +365,7 @@ class _Splitter(cst.CSTTransformer):
         module: cst.Module,
         original_locals: dict[str, tuple[set[str], set[str]]],
         scopes: list[tuple[str, str]],
+        lines: list[str] | None = None,
     ) -> None:
         self.targets = targets
         self.reporter = reporter
@@ -378,6 +374,7 @@ class _Splitter(cst.CSTTransformer):
         self.functions: list[CompiledFunction] = []
         self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # rebuilt node -> node in the source
         self.locals = original_locals
+        self.lines = module.code.splitlines() if lines is None else lines
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
         result = super().on_leave(original, updated)
@@ -393,9 +390,15 @@ class _Splitter(cst.CSTTransformer):
                 parts.append("<locals>")
         return ".".join([*parts, name])
 
+    def source_text(self, node: cst.FunctionDef) -> str | None:
+        where = self.reporter.positions.get(node)
+        if where is None:
+            return None
+        return "\n".join(self.lines[where.start.line - 1 : where.end.line])
+
     def warn_untravelable(self, lowered: list[cst.BaseStatement], compiled: CompiledFunction) -> None:
         """Report, at compile time, values that are live across a yield and can never travel."""
-        finder = _Handles(self.targets.native_generators)
+        finder = _Handles(self.targets.is_native_generator)
         for statement in lowered:
             statement.visit(finder)
         for node, target, what, hint in finder.found:
@@ -446,7 +449,10 @@ class _Splitter(cst.CSTTransformer):
                 "make it yield effects (`yield ctx.sample(...)`), or drop the decorator",
             )
             return node
-        declarations, statements = _hoist_declarations(statements)
+        text = self.source_text(original)
+        declarations: list[cst.BaseStatement] = []
+        if text is None or "global" in text or "nonlocal" in text:
+            declarations, statements = _hoist_declarations(statements)
 
         normalizer = Normalizer()
         normalizer.origin.update({new: old for new, old in self.origin.items() if isinstance(new, cst.Yield)})
@@ -490,7 +496,9 @@ class _Splitter(cst.CSTTransformer):
                 names.add(f"_bc_yf{site.label}")
             compiled.live[site.label] = sorted(names & keep)
         self.functions.append(compiled)
-        self.warn_untravelable(statements, compiled)
+        called = set(_CALLED.findall(text)) if text is not None else None
+        if called is None or called & (_HANDLES.keys() | self.targets.module_defs.keys()):
+            self.warn_untravelable(statements, compiled)
 
         body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_R"]])
         if captured_names:
@@ -513,6 +521,7 @@ class _Splitter(cst.CSTTransformer):
         )
 
 
+_CALLED = re.compile(r"(\w+)\s*\(")
 _HANDLES = {
     "open": ("an open file", "close it before the yield, or keep its path and reopen it after"),
     "Lock": ("a lock", "release it and drop it before the yield; locks cannot move to another process"),
@@ -527,9 +536,9 @@ _HANDLES = {
 class _Handles(cst.CSTVisitor):
     """`x = open(...)`-like assignments: values that can never travel in a snapshot."""
 
-    def __init__(self, native_generators: set[str]) -> None:
+    def __init__(self, is_native_generator) -> None:
         self.found: list[tuple[cst.Assign, str, str, str]] = []
-        self.native_generators = native_generators
+        self.is_native_generator = is_native_generator
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
@@ -547,7 +556,7 @@ class _Handles(cst.CSTVisitor):
         if callee in _HANDLES:
             what, hint = _HANDLES[callee]
             self.found.append((node, target, what, hint))
-        elif isinstance(func, cst.Name) and callee in self.native_generators:
+        elif isinstance(func, cst.Name) and self.is_native_generator(callee):
             hint = f"mark {callee} @resumable so it compiles, or finish it before the yield"
             self.found.append((node, target, f"a native generator ({callee}(...))", hint))
 

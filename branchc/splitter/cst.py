@@ -113,6 +113,48 @@ def _default_yields(params: cst.Parameters) -> int:
     return sum(yield_count(p.default) for p in every if p.default is not None)
 
 
+class _Index(cst.CSTVisitor):
+    """One walk over a function: the yield count of every node (as `yield_count` defines it),
+    and the nodes of the kinds in `kinds`, in document order (for source positions)."""
+
+    def __init__(self, kinds: tuple[type, ...]) -> None:
+        self.sums: list[int] = [0]
+        self.found: dict[type, list[cst.CSTNode]] = {kind: [] for kind in kinds}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        bucket = self.found.get(type(node))
+        if bucket is not None:
+            bucket.append(node)
+        self.sums.append(0)
+        return True
+
+    def on_leave(self, node: cst.CSTNode) -> None:
+        inner = self.sums.pop()
+        if isinstance(node, (*_SCOPES, *_COMPREHENSIONS)):
+            count = _scope_yields(node)  # its parts were just counted and memoised
+        else:
+            count = inner + isinstance(node, cst.Yield)
+        _COUNTS[node] = count
+        self.sums[-1] += count
+
+
+def _scope_yields(node: cst.CSTNode) -> int:
+    if isinstance(node, cst.FunctionDef):
+        return sum(yield_count(d.decorator) for d in node.decorators) + _default_yields(node.params)
+    if isinstance(node, cst.Lambda):
+        return _default_yields(node.params)
+    if isinstance(node, _COMPREHENSIONS):
+        return yield_count(node.for_in.iter)
+    return 0
+
+
+def index_function(node: cst.FunctionDef, kinds: tuple[type, ...]) -> dict[type, list[cst.CSTNode]]:
+    """Count yields for every node of `node` at once, and collect the nodes of `kinds`."""
+    index = _Index(kinds)
+    node.visit(index)
+    return index.found
+
+
 def reset_counts() -> None:
     _COUNTS.clear()
 

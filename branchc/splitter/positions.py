@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-__all__ = ["Position", "Positions"]
+__all__ = ["KINDS_NEEDED", "Position", "Positions"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ _KINDS: dict[type[cst.CSTNode], tuple[type[ast.AST], ...]] = {
 }
 
 
+KINDS_NEEDED = tuple(_KINDS)
+
+
 class _Collect(cst.CSTVisitor):
     def __init__(self) -> None:
         self.found: dict[type, list[cst.CSTNode]] = {kind: [] for kind in _KINDS}
@@ -72,6 +75,7 @@ class Positions:
         self.lines = source.splitlines()
         self.functions = functions
         self.compiled = compiled
+        self.indexed: dict[cst.CSTNode, dict[type, list[cst.CSTNode]]] = {}  # filled by the compiler's walk
         self._table: dict[cst.CSTNode, Position] | None = None
 
     def _chars(self, line: int, byte_column: int) -> int:
@@ -106,12 +110,15 @@ class Positions:
             )
             if definition is None:
                 continue
-            collector = _Collect()
-            function.visit(collector)
+            found = self.indexed.get(function)
+            if found is None:
+                collector = _Collect()
+                function.visit(collector)
+                found = collector.found
             by_kind: dict[type[ast.AST], list[ast.AST]] = {}
             for node in ast.walk(definition):
                 by_kind.setdefault(type(node), []).append(node)
-            for kind, nodes in collector.found.items():
+            for kind, nodes in found.items():
                 if kind is cst.FunctionDef:
                     continue
                 self._pair(nodes, [n for ast_kind in _KINDS[kind] for n in by_kind.get(ast_kind, [])], table)
