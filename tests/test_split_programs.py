@@ -2810,6 +2810,490 @@ def gen():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# source forms: one-line suites, one-line bodies, expressions over several lines, docstrings
+
+add(prog("form-one-line-suites", """
+@resumable
+def gen(n=2):
+    if n: x = yield 1
+    else: x = yield 2
+    for i in range(n): yield i
+    while n: n -= 1; yield ("w", n)
+    try: yield "t"
+    except ValueError: yield "e"
+    finally: yield "f"
+    y = yield 3; z = yield 4
+    return x, y, z
+""", [N, *[S(i) for i in range(12)]], [N, N, N, N, N, T("ValueError"), N, N, N]))
+
+add(prog("form-one-line-body", """
+@resumable
+def gen(): x = yield 1; yield ("got", x)
+""", [N, S(2), N], [N, T("KeyError")]))
+
+add(prog("form-multi-line-expressions", """
+def f(*a):
+    return a
+
+@resumable
+def gen():
+    x = (
+        yield
+        "multi"
+    )
+    y = [
+        # a comment
+        (yield 1),   # another
+        \\
+        (yield 2),
+    ]
+    z = f(
+        *[(yield 3)],
+    ) if True else None
+    return x, y, z
+""", [N, S("a"), S("b"), S("c"), S("d")]))
+
+add(prog("form-docstring-and-attributes", """
+@resumable
+def gen(a, b=2):
+    \"\"\"A docstring.\"\"\"
+    x = yield (gen.__doc__, gen.__name__, gen.__qualname__, gen.__defaults__)
+    return x
+""", [N, S(1)], args=(1,)))
+
+add(prog("fstring-debug-specifier", """
+@resumable
+def gen():
+    s = f"{(yield 'x')=}"
+    t = f"{1 + 1=} {(yield 'y')!r:>5}"
+    u = f"{len('ab') = } and {(yield 'z') = !s}"
+    return s, t, u
+""", [N, S("a"), S("b"), S("c")]))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# names: the compiled code must not depend on names the program may rebind (builtins the
+# generated code calls), and must not add names the program can see
+
+add(prog("names-module-shadows-iter", """
+def iter(x):
+    emit("module-level iter called")
+    return x
+
+@resumable
+def gen():
+    for i in [1, 2]:
+        yield i
+    return "end"
+""", [N, N, N]))
+
+add(prog("names-local-shadows-iter", """
+@resumable
+def gen():
+    iter = list
+    for x in "ab":
+        yield (x, iter("cd"))
+""", [N, N, N]))
+
+add(prog("names-module-shadows-str", """
+str = "not a type"
+
+@resumable
+def gen():
+    for i in range(3):
+        try:
+            if i == 1:
+                continue
+            if i == 2:
+                return "r"
+        finally:
+            yield ("fin", i)
+    return "end"
+""", [N, N, N, N]))
+
+add(prog("names-local-shadows-baseexception", """
+@resumable
+def gen():
+    BaseException = ValueError
+    try:
+        yield 1
+    finally:
+        yield 2
+    yield BaseException.__name__
+""", [N, T0("KeyError"), N], [N, N, N, N]))
+
+add(prog("names-locals-and-vars", """
+@resumable
+def gen():
+    a = 1
+    yield sorted(locals())
+    b = yield "b"
+    return sorted(locals()), sorted(vars()), len(locals())
+""", [N, N, S(2)]))
+
+add(prog("names-mangled-in-method", """
+from dataclasses import dataclass
+
+@dataclass
+class C:
+    x: int = 1
+
+    @resumable
+    def method(self, k):
+        __secret = yield k
+        self.__hidden = __secret
+        yield (__secret, self.__hidden, self._C__hidden)
+        return self.x
+
+gen = C().method
+""", [N, S(7), N], args=(5,)))
+
+add(prog("names-zero-argument-super", """
+from dataclasses import dataclass
+
+@dataclass
+class Base:
+    x: int = 1
+
+    def describe(self):
+        return ("base", self.x)
+
+@dataclass
+class Child(Base):
+    @resumable
+    def steps(self):
+        got = yield super().describe()
+        yield (got, super().describe(), __class__.__name__)
+
+gen = Child().steps
+""", [N, S(1), N]))
+
+add(prog("names-staticmethod-classmethod", """
+class K:
+    @staticmethod
+    @resumable
+    def run(n):
+        for i in range(n):
+            got = yield i
+            emit(got)
+        return n
+
+    @classmethod
+    @resumable
+    def make(cls, n):
+        got = yield cls.__name__
+        return got * n
+
+def gen(n):
+    return K.run(n) if n % 2 else K.make(n)
+""", [N, S(1), S(2)], args=(2,)))
+
+add(prog("names-nonlocal-in-enclosing-function", """
+def outer():
+    count = 0
+    @resumable
+    def gen(step):
+        nonlocal count
+        while count < 3:
+            count += step
+            got = yield (count, peek())
+            if got:
+                count += got
+        return count
+    def peek():
+        return count
+    return gen
+
+gen = outer()
+""", [N, S(1), S(0), N], [N, T("ValueError")], args=(1,),
+    nojson="peek, a plain function of the enclosing scope, is live across the yields (and a JSON resume "
+    "cannot share the cell of `count` with it)"))
+
+add(prog("names-walrus-in-comprehension-binds-local", """
+@resumable
+def gen():
+    total = [last := v for v in range(3)]
+    got = yield last
+    more = [last := got + v for v in range(2)]
+    yield (last, total, more)
+""", [N, S(5), N]))
+
+add(prog("names-class-body-reads-locals", """
+@resumable
+def gen():
+    base = yield "base?"
+    class K:
+        value = base * 2
+        items = [base + i for i in range(2)]
+    got = yield (K.value, K.items)
+    return got
+""", [N, S(3), S(4)], nojson="a class defined in the generator is live across the yield"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# introspection a program can do on itself: frames, line numbers, qualified names, tracebacks
+
+add(prog("introspect-frame-line-numbers", """
+import sys
+
+def here():
+    return sys._getframe(1).f_lineno
+
+@resumable
+def gen():
+    a = here()
+    b = yield a
+    c = [here(),
+         (yield here()),
+         here()]
+    for i in range(2):
+        yield here()
+    try:
+        raise ValueError
+    except ValueError:
+        yield here()
+    return here(), c
+""", [N, S(1), S(2), N, N, N, N]))
+
+add(prog("introspect-own-frame", """
+import sys
+
+@resumable
+def gen():
+    f = sys._getframe()
+    yield (f.f_code.co_name, f.f_lineno)
+    yield sys._getframe().f_lineno
+    del f
+    yield sys._getframe().f_code.co_name
+""", [N, N, N, N]))
+
+add(prog("introspect-qualnames-of-nested-definitions", """
+@resumable
+def gen():
+    def helper():
+        return 1
+    class K:
+        pass
+    yield (helper.__qualname__, K.__qualname__, (lambda: 0).__qualname__)
+    g = (x for x in range(1))
+    yield (g.__qualname__, helper.__code__.co_firstlineno)
+""", [N, N], nojson="a nested class and a generator expression are live across the yields"))
+
+add(prog("introspect-traceback-of-handled-exception", """
+import traceback
+
+@resumable
+def gen():
+    try:
+        raise ValueError("x")
+    except ValueError as e:
+        yield e.__traceback__.tb_lineno
+        yield [frame.lineno for frame in traceback.extract_tb(e.__traceback__)]
+""", [N, N, N], nojson="codec.py: exceptions lose their traceback in a JSON snapshot"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# nesting: CPython allows 20 statically nested blocks; the compiled code must not need more than the source
+
+add(prog("nesting-eight-loops-two-finally", """
+@resumable
+def gen():
+    for a in range(1):
+        for b in range(1):
+            for c in range(1):
+                for d in range(1):
+                    for e in range(1):
+                        for f in range(1):
+                            for g in range(1):
+                                for h in range(1):
+                                    try:
+                                        try:
+                                            yield 1
+                                        finally:
+                                            yield 2
+                                    finally:
+                                        yield 3
+""", [N, N, N, N]))
+
+add(prog("nesting-eleven-try-finally", """
+@resumable
+def gen():
+    try:
+        try:
+            try:
+                try:
+                    try:
+                        try:
+                            try:
+                                try:
+                                    try:
+                                        try:
+                                            yield 1
+                                        finally:
+                                            yield 2
+                                    finally:
+                                        yield 3
+                                finally:
+                                    yield 4
+                            finally:
+                                yield 5
+                        finally:
+                            yield 6
+                    finally:
+                        yield 7
+                finally:
+                    yield 8
+            finally:
+                yield 9
+        finally:
+            yield 10
+    finally:
+        yield 11
+""", [N] * 12, [N, N, N, C]))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# more statement and expression combinations
+
+add(prog("combo-with-return-continue-raise-in-yielding-finally", """
+class CM:
+    def __init__(self, tag):
+        self.tag = tag
+    def __enter__(self):
+        emit(("enter", self.tag))
+        return self.tag
+    def __exit__(self, *exc):
+        emit(("exit", self.tag, exc[0].__name__ if exc[0] else None))
+        return exc[0] is KeyError
+
+@resumable
+def gen():
+    for i in range(3):
+        try:
+            with CM(i) as t:
+                if i == 0:
+                    continue
+                if i == 1:
+                    raise KeyError("suppressed")
+                return ("ret", t)
+        finally:
+            yield ("fin", i)
+    return "end"
+""", [N, N, N, N], [N, T("ValueError")]))
+
+add(prog("combo-loop-in-finally-with-pending-exception", """
+@resumable
+def gen():
+    try:
+        yield "body"
+        raise ValueError("pending")
+    finally:
+        for i in range(3):
+            got = yield ("fin loop", i)
+            if got == "brk":
+                break
+            if got == "cont":
+                continue
+            emit(("after", i))
+        else:
+            emit("loop else")
+""", [N, N, S("cont"), N, N, N], [N, N, S("brk"), N], [N, T("KeyError"), T("IndexError")]))
+
+add(prog("combo-nested-function-returns-inside-yielding-finally", """
+@resumable
+def gen():
+    for i in range(3):
+        try:
+            def inner(x):
+                for j in range(3):
+                    if j == x:
+                        return ("inner", j)
+                    continue
+                return "none"
+            r = inner(i)
+            if i == 1:
+                break
+        finally:
+            got = yield ("fin", i, r)
+    return got
+""", [N, N, N, S("x")]))
+
+add(prog("combo-yield-from-non-iterables", """
+@resumable
+def gen():
+    try:
+        yield from 5
+    except TypeError as e:
+        yield str(e)
+    x = yield from (yield "iterable?")
+    return x
+""", [N, N, S([1, 2]), N, N], [N, N, S(None)]))
+
+add(prog("combo-augmented-and-returned-yield-from", """
+@resumable
+def sub():
+    x = yield "s"
+    return x
+
+@resumable
+def gen():
+    total = 10
+    total += yield from sub()
+    return (yield from sub()), total
+""", [N, S(1), S(2)], [N, S("str")]))
+
+add(prog("combo-tuple-subscripts-and-slices", """
+@resumable
+def gen():
+    m = {(1, 2): "a", (3, 4): "b"}
+    a = m[(yield 1), (yield 2)]
+    grid = [[0, 1], [2, 3]]
+    b = grid[(yield "r")][(yield "c"):]
+    return a, b
+""", [N, S(1), S(2), S(1), S(0)], [N, S(3), S(3)]))
+
+add(prog("combo-membership-and-identity-chains", """
+@resumable
+def gen():
+    a = 1 in (yield "c1") not in (yield "c2")
+    b = (yield "x") is not None is not (yield "y")
+    c = not (yield "n") in [1, 2]
+    return a, b, c
+""", [N, S([1]), S([2]), S(None), S(1), S(3)], [N, S([0]), S(1), S(2), S(None)]))
+
+add(prog("combo-keyword-unpacking-and-genexp-argument", """
+def f(*args, **kwargs):
+    emit(("f", len(args), sorted(kwargs.items())))
+    return sum(args[0]) if args else 0
+
+@resumable
+def gen():
+    r = f(a=(yield 1), **(yield 2))
+    s = f(x for x in (yield 3))
+    return r, s
+""", [N, S(1), S({"k": 2}), S([1, 2])], [N, S(1), S({"b": 2}), S(())]))
+
+add(prog("combo-defaults-with-yields", """
+@resumable
+def gen():
+    def h(a, b=(yield "b?"), *, c=(yield "c?")):
+        return a, b, c
+    k = lambda x=(yield "x?"): x
+    yield (h(0), k())
+""", [N, S(1), S(2), S(3), N]))
+
+add(prog("combo-generator-lambda-inside", """
+@resumable
+def gen():
+    g = lambda: (yield 5)
+    inner = g()
+    first = next(inner)
+    x = yield first
+    return list(g()), x
+""", [N, S(1)], nojson="a native generator (from the lambda) is live across the yield"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 def test_corpus_size():
