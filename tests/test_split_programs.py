@@ -20,7 +20,6 @@ import textwrap
 import traceback
 
 import pytest
-
 from differential import check
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
@@ -49,17 +48,17 @@ def T0(name):
 
 
 # Helpers a program can include (they become module-level code of the program).
-V = '''
+V = """
 def v(x):
     emit(("v", repr(x)))
     return x
-'''
+"""
 
-F = '''
+F = """
 def f(*args, **kwargs):
     emit(("f", repr(args), repr(sorted(kwargs.items()))))
     return args, sorted(kwargs.items())
-'''
+"""
 
 # Programs whose observable behaviour depends on when CPython frees a value (a generator
 # closed by its last reference going away) run in "compiled" mode only: the harness keeps
@@ -87,7 +86,10 @@ add = PROGRAMS.append
 # ---------------------------------------------------------------------------------------------------------------------
 # assignment: unpacking, starred, chained targets, augmented, annotated, walrus
 
-add(prog("assign-unpack", """
+add(
+    prog(
+        "assign-unpack",
+        """
 @resumable
 def gen():
     a, b = yield "pair?"
@@ -95,18 +97,36 @@ def gen():
     (c, d), e = yield (a + b)
     [g, h] = yield "list-target"
     return a, b, c, d, e, g, h
-""", [N, S((1, 2)), S(((3, 4), 5)), S("xy")], [N, S((1, 2, 3))], [N, S(5)], [N, S((1, 2)), T("KeyError", "k")]))
+""",
+        [N, S((1, 2)), S(((3, 4), 5)), S("xy")],
+        [N, S((1, 2, 3))],
+        [N, S(5)],
+        [N, S((1, 2)), T("KeyError", "k")],
+    )
+)
 
-add(prog("assign-starred", """
+add(
+    prog(
+        "assign-starred",
+        """
 @resumable
 def gen():
     first, *rest = yield "seq?"
     *init, last = yield rest
     a, *mid, z = [(yield 1), (yield 2), (yield 3), (yield 4)]
     return first, rest, init, last, a, mid, z
-""", [N, S([1, 2, 3]), S("xyz"), S("a"), S("b"), S("c"), S("d")], [N, S([])], [N, S([1]), S("q"), S(1), T("ValueError")]))
+""",
+        [N, S([1, 2, 3]), S("xyz"), S("a"), S("b"), S("c"), S("d")],
+        [N, S([])],
+        [N, S([1]), S("q"), S(1), T("ValueError")],
+    )
+)
 
-add(prog("assign-chained-targets", V + """
+add(
+    prog(
+        "assign-chained-targets",
+        V
+        + """
 from dataclasses import dataclass
 
 @dataclass
@@ -128,9 +148,17 @@ def gen():
     r("a")[v(1)] = r("b")[v(2)] = (yield "value?")
     box[0], box[1] = yield "two"
     return x, y, box
-""", [N, S(7), S(8), S((9, 10))], [N, S(7), S(8), S((1,))]))
+""",
+        [N, S(7), S(8), S((9, 10))],
+        [N, S(7), S(8), S((1,))],
+    )
+)
 
-add(prog("assign-subscript-target-order", V + """
+add(
+    prog(
+        "assign-subscript-target-order",
+        V
+        + """
 @resumable
 def gen():
     d = {}
@@ -139,9 +167,16 @@ def gen():
     lst = [0, 0, 0]
     lst[v(1)] = lst[v(2)] = yield "shared"
     return d, lst
-""", [N, S(1), S((2, 3)), S(4)], [N, S(1), S((2, 3, 4))]))
+""",
+        [N, S(1), S((2, 3)), S(4)],
+        [N, S(1), S((2, 3, 4))],
+    )
+)
 
-add(prog("augassign-name", """
+add(
+    prog(
+        "augassign-name",
+        """
 @resumable
 def gen():
     x = 1
@@ -151,9 +186,17 @@ def gen():
     s = "a"
     s += yield s
     return x, s
-""", [N, S(2), S(3), S(4), S(0), S(5), N, S("b")], [N, S("bad")], [N, S(1), T("ValueError", "mid")]))
+""",
+        [N, S(2), S(3), S(4), S(0), S(5), N, S("b")],
+        [N, S("bad")],
+        [N, S(1), T("ValueError", "mid")],
+    )
+)
 
-add(prog("augassign-attribute", """
+add(
+    prog(
+        "augassign-attribute",
+        """
 from dataclasses import dataclass
 
 @dataclass
@@ -181,9 +224,17 @@ def gen():
     get_box(b).a -= (yield "dec?") * 2
     b.a **= yield "pow?"
     return b.a
-""", [N, S(5), S(1), S(2)], [N, T("ValueError", "no")], [N, S(5), S("str")]))
+""",
+        [N, S(5), S(1), S(2)],
+        [N, T("ValueError", "no")],
+        [N, S(5), S("str")],
+    )
+)
 
-add(prog("augassign-subscript", """
+add(
+    prog(
+        "augassign-subscript",
+        """
 def key(k):
     emit(("key", k))
     return k
@@ -200,9 +251,17 @@ def gen():
     lst = [10, 20]
     lst[key(-1)] -= yield "minus?"
     return d, lst
-""", [N, S(10), S([2]), S(5)], [N, S(1), T("KeyError", "stop")], [N, S("wrong type")]))
+""",
+        [N, S(10), S([2]), S(5)],
+        [N, S(1), T("KeyError", "stop")],
+        [N, S("wrong type")],
+    )
+)
 
-add(prog("augassign-missing-target", """
+add(
+    prog(
+        "augassign-missing-target",
+        """
 @resumable
 def gen():
     d = {}
@@ -217,9 +276,16 @@ def gen():
     undefined_local = 1
     undefined_local += yield "now bound"
     return undefined_local
-""", [N, N, S(5)], [N, T("KeyError")]))
+""",
+        [N, N, S(5)],
+        [N, T("KeyError")],
+    )
+)
 
-add(prog("augassign-inplace-ops", """
+add(
+    prog(
+        "augassign-inplace-ops",
+        """
 @resumable
 def gen():
     a = [1]
@@ -236,9 +302,16 @@ def gen():
     t += yield "tup?"
     emit(t2 is t)
     return a, alias, n, sorted(s), t, t2
-""", [N, S([2, 3]), S(7), S(2), S({5}), S((9,))], [N, S([]), S(0)]))
+""",
+        [N, S([2, 3]), S(7), S(2), S({5}), S((9,))],
+        [N, S([]), S(0)],
+    )
+)
 
-add(prog("annotated-assignment", """
+add(
+    prog(
+        "annotated-assignment",
+        """
 from dataclasses import dataclass
 
 @dataclass
@@ -258,9 +331,16 @@ def gen():
     except UnboundLocalError as e:
         emit(str(e))
     return x, y, obj.attr, w
-""", [N, S(1), S(2), S(3), S(4)], [N, S(1), T("ValueError")]))
+""",
+        [N, S(1), S(2), S(3), S(4)],
+        [N, S(1), T("ValueError")],
+    )
+)
 
-add(prog("walrus", """
+add(
+    prog(
+        "walrus",
+        """
 @resumable
 def gen():
     if (n := (yield "n?")) > 2:
@@ -269,9 +349,16 @@ def gen():
     while (k := (yield "k?")):
         emit(k)
     return n, m, k, values
-""", [N, S(3), S(4), S(1), S(2), S(0)], [N, S(1), S(0), S(0)]))
+""",
+        [N, S(3), S(4), S(1), S(2), S(0)],
+        [N, S(1), S(0), S(0)],
+    )
+)
 
-add(prog("walrus-evaluation-order", """
+add(
+    prog(
+        "walrus-evaluation-order",
+        """
 @resumable
 def gen():
     x = 1
@@ -280,9 +367,16 @@ def gen():
     i = 0
     s = lst[i] + lst[(i := (yield i))]
     return r, x, s, i
-""", [N, S(5), S(2)], [N, S(5), S(7)]))
+""",
+        [N, S(5), S(2)],
+        [N, S(5), S(7)],
+    )
+)
 
-add(prog("assign-swap", """
+add(
+    prog(
+        "assign-swap",
+        """
 @resumable
 def gen():
     a, b = 1, 2
@@ -290,9 +384,16 @@ def gen():
     c = [a, b]
     c[0], c[1] = c[1], (yield c)
     return a, b, c
-""", [N, S(3), S(4)]))
+""",
+        [N, S(3), S(4)],
+    )
+)
 
-add(prog("assign-throw-midway", V + """
+add(
+    prog(
+        "assign-throw-midway",
+        V
+        + """
 @resumable
 def gen():
     try:
@@ -304,13 +405,20 @@ def gen():
         except UnboundLocalError:
             x = yield "unbound"
     return x
-""", [N, T("ValueError"), S("late")], [N, S(2)]))
+""",
+        [N, T("ValueError"), S("late")],
+        [N, S(2)],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # if / elif / else
 
-add(prog("if-yield-in-tests", """
+add(
+    prog(
+        "if-yield-in-tests",
+        """
 @resumable
 def gen():
     if (yield "t1"):
@@ -320,7 +428,14 @@ def gen():
     else:
         emit("else")
     return "done"
-""", [N, S(0), S(1)], [N, S(1), N], [N, S(0), S(0)], [N, T("KeyError", "k")], [N, S(0), T("ValueError")]))
+""",
+        [N, S(0), S(1)],
+        [N, S(1), N],
+        [N, S(0), S(0)],
+        [N, T("KeyError", "k")],
+        [N, S(0), T("ValueError")],
+    )
+)
 
 IF_NESTED = """
 @resumable
@@ -343,7 +458,10 @@ add(prog("if-nested-bodies-huge", IF_NESTED, [N, S(1)], [N, T("ValueError")], ar
 add(prog("if-nested-bodies-zero", IF_NESTED, [N, S("z")], args=(0,)))
 add(prog("if-nested-bodies-negative", IF_NESTED, [N, N], [S(1)], args=(-1,)))
 
-add(prog("if-elif-chain-in-loop", """
+add(
+    prog(
+        "if-elif-chain-in-loop",
+        """
 @resumable
 def gen():
     x = 0
@@ -357,9 +475,17 @@ def gen():
         else:
             emit("else")
         x += 1
-""", [N, S("a"), S("x"), S("b"), S("q"), S("r"), N], [N, S("x"), T("ValueError")]))
+""",
+        [N, S("a"), S("x"), S("b"), S("q"), S("r"), N],
+        [N, S("x"), T("ValueError")],
+    )
+)
 
-add(prog("if-boolean-tests", V + """
+add(
+    prog(
+        "if-boolean-tests",
+        V
+        + """
 @resumable
 def gen():
     out = []
@@ -371,10 +497,16 @@ def gen():
         elif (yield ("c", i)) or v(i):
             out.append(("or", i))
     return out
-""", [N, S(0), S(1), S(1), S(1), S(0), S(0), S(0), S(1), S(0), S(0), S(1), N, N],
-    [N, S(0), S(0), S(0), S(0), S(1), S(1), S(0), S(0), S(0)]))
+""",
+        [N, S(0), S(1), S(1), S(1), S(0), S(0), S(0), S(1), S(0), S(0), S(1), N, N],
+        [N, S(0), S(0), S(0), S(0), S(1), S(1), S(0), S(0), S(0)],
+    )
+)
 
-add(prog("if-throw-in-branch", """
+add(
+    prog(
+        "if-throw-in-branch",
+        """
 @resumable
 def gen(flag):
     try:
@@ -386,9 +518,18 @@ def gen(flag):
     except KeyError as e:
         x = yield ("caught", str(e))
     return x
-""", [N, T("KeyError", "k"), S(1)], [N, S(2)], args=(0,)))
+""",
+        [N, T("KeyError", "k"), S(1)],
+        [N, S(2)],
+        args=(0,),
+    )
+)
 
-add(prog("if-elif-with-lifted-tests", V + """
+add(
+    prog(
+        "if-elif-with-lifted-tests",
+        V
+        + """
 @resumable
 def gen():
     x = yield "x?"
@@ -401,13 +542,23 @@ def gen():
     else:
         r = yield "else"
     return r
-""", [N, S(1)], [N, S(2)], [N, S(3), S("yes")], [N, S(3), S("no"), S(1)], [N, S(3), S("no"), S(0), S("e")]))
+""",
+        [N, S(1)],
+        [N, S(2)],
+        [N, S(3), S("yes")],
+        [N, S(3), S("no"), S(1)],
+        [N, S(3), S("no"), S(0), S("e")],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # while / else
 
-add(prog("while-yield-in-condition-else", """
+add(
+    prog(
+        "while-yield-in-condition-else",
+        """
 @resumable
 def gen():
     n = 0
@@ -416,9 +567,17 @@ def gen():
     else:
         emit("else")
     return n
-""", [N, S("go"), S("go"), S("stop")], [N, T("ValueError")], [N, S(1), C, N]))
+""",
+        [N, S("go"), S("go"), S("stop")],
+        [N, T("ValueError")],
+        [N, S(1), C, N],
+    )
+)
 
-add(prog("while-break-continue-else", """
+add(
+    prog(
+        "while-break-continue-else",
+        """
 @resumable
 def gen():
     i = 0
@@ -433,9 +592,17 @@ def gen():
     else:
         yield "else ran"
     return i
-""", [N, S("c"), N, S("b")], [N, S("c"), S("c"), S("c"), S("c"), S("c"), N, N], [N, S("c"), T("KeyError")]))
+""",
+        [N, S("c"), N, S("b")],
+        [N, S("c"), S("c"), S("c"), S("c"), S("c"), N, N],
+        [N, S("c"), T("KeyError")],
+    )
+)
 
-add(prog("while-condition-yield-continue-break-else", """
+add(
+    prog(
+        "while-condition-yield-continue-break-else",
+        """
 @resumable
 def gen():
     count = 0
@@ -450,9 +617,17 @@ def gen():
         x = yield "else"
         emit(("else got", x))
     return count
-""", [N, S(1), S(1), S(1), S(1), S(1)], [N, S(1), S(0), S("e")], [N, S(1), S(1), S(0), C]))
+""",
+        [N, S(1), S(1), S(1), S(1), S(1)],
+        [N, S(1), S(0), S("e")],
+        [N, S(1), S(1), S(0), C],
+    )
+)
 
-add(prog("while-nested", """
+add(
+    prog(
+        "while-nested",
+        """
 @resumable
 def gen():
     i = 0
@@ -475,9 +650,16 @@ def gen():
     else:
         emit("all rows")
     return found
-""", [N, S("x"), S("skip-row"), S("next"), S("next"), S("next"), S("x"), S("done")], [N] * 11))
+""",
+        [N, S("x"), S("skip-row"), S("next"), S("next"), S("next"), S("x"), S("done")],
+        [N] * 11,
+    )
+)
 
-add(prog("while-true-return", """
+add(
+    prog(
+        "while-true-return",
+        """
 @resumable
 def gen():
     total = 0
@@ -486,9 +668,16 @@ def gen():
         if x is None:
             return total
         total += x
-""", [N, S(1), S(2), N, N], [N, S(1), C, N]))
+""",
+        [N, S(1), S(2), N, N],
+        [N, S(1), C, N],
+    )
+)
 
-add(prog("while-try-continue-finally", """
+add(
+    prog(
+        "while-try-continue-finally",
+        """
 @resumable
 def gen():
     i = 0
@@ -501,9 +690,16 @@ def gen():
         finally:
             i += 1
     return i
-""", [N, T("ValueError"), N, N], [N, N, T("KeyError")]))
+""",
+        [N, T("ValueError"), N, N],
+        [N, N, T("KeyError")],
+    )
+)
 
-add(prog("while-else-yield-in-else-only", """
+add(
+    prog(
+        "while-else-yield-in-else-only",
+        """
 @resumable
 def gen():
     n = 3
@@ -519,9 +715,17 @@ def gen():
     else:
         got2 = yield ("else2", n)
     return got, got2
-""", [N, S(1), S(2)], [N, T("ValueError")]))
+""",
+        [N, S(1), S(2)],
+        [N, T("ValueError")],
+    )
+)
 
-add(prog("while-condition-side-effects", V + """
+add(
+    prog(
+        "while-condition-side-effects",
+        V
+        + """
 @resumable
 def gen():
     i = 0
@@ -530,13 +734,21 @@ def gen():
     else:
         emit(("else", i))
     return i
-""", [N, S(1), S(1), S(1)], [N, S(1), S(0)], [N, S(1), S(1), T("ValueError")]))
+""",
+        [N, S(1), S(1), S(1)],
+        [N, S(1), S(0)],
+        [N, S(1), S(1), T("ValueError")],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # for / else over every kind of iterable
 
-add(prog("for-list-else", """
+add(
+    prog(
+        "for-list-else",
+        """
 @resumable
 def gen():
     for x in [1, 2, 3]:
@@ -545,9 +757,17 @@ def gen():
     else:
         emit("else")
     return "end"
-""", [N, S("a"), S("b"), S("c")], [N, T("ValueError")], [N, S(1), C, N]))
+""",
+        [N, S("a"), S("b"), S("c")],
+        [N, T("ValueError")],
+        [N, S(1), C, N],
+    )
+)
 
-add(prog("for-tuple-break", """
+add(
+    prog(
+        "for-tuple-break",
+        """
 @resumable
 def gen():
     for x in (1, 2, 3, 4):
@@ -558,9 +778,17 @@ def gen():
         emit("no break")
         yield "else"
     return x
-""", [N, N, S("stop")], [N, N, N, N, N, N], [N, N, N, N, N, T("KeyError")]))
+""",
+        [N, N, S("stop")],
+        [N, N, N, N, N, N],
+        [N, N, N, N, N, T("KeyError")],
+    )
+)
 
-add(prog("for-range-variants", """
+add(
+    prog(
+        "for-range-variants",
+        """
 @resumable
 def gen():
     out = []
@@ -573,9 +801,16 @@ def gen():
     for k in range(2, 4):
         out.append((yield k * 100))
     return out
-""", [N, S(1), S(2), S(3), S(4), S(5), S(6)], [N, S(1), T("ValueError")]))
+""",
+        [N, S(1), S(2), S(3), S(4), S(5), S(6)],
+        [N, S(1), T("ValueError")],
+    )
+)
 
-add(prog("for-str", """
+add(
+    prog(
+        "for-str",
+        """
 @resumable
 def gen():
     acc = ""
@@ -585,18 +820,32 @@ def gen():
         got = yield ch
         acc += got or ch.upper()
     return acc
-""", [N, N, S("-"), N, N, S("+"), N, N, N, N], [N, N, C]))
+""",
+        [N, N, S("-"), N, N, S("+"), N, N, N, N],
+        [N, N, C],
+    )
+)
 
-add(prog("for-dict-keys-assign-values", """
+add(
+    prog(
+        "for-dict-keys-assign-values",
+        """
 @resumable
 def gen():
     d = {"a": 1, "b": 2, "c": 3}
     for k in d:
         d[k] = yield (k, d[k])
     return d
-""", [N, S(10), S(20), S(30)], [N, S(10), T("KeyError", "k")]))
+""",
+        [N, S(10), S(20), S(30)],
+        [N, S(10), T("KeyError", "k")],
+    )
+)
 
-add(prog("for-dict-views", """
+add(
+    prog(
+        "for-dict-views",
+        """
 @resumable
 def gen():
     d = {"x": 1, "y": 2}
@@ -609,9 +858,16 @@ def gen():
     for k in reversed(d):
         yield ("reversed", k)
     return sorted(d.items())
-""", [N] * 10, [N, N, N, T("ValueError")]))
+""",
+        [N] * 10,
+        [N, N, N, T("ValueError")],
+    )
+)
 
-add(prog("for-dict-changed-size", """
+add(
+    prog(
+        "for-dict-changed-size",
+        """
 @resumable
 def gen():
     d = {"a": 1}
@@ -622,11 +878,19 @@ def gen():
     except RuntimeError as e:
         yield str(e)
     return sorted(d)
-""", [N, S("b"), N], [N, S("a"), N],
-    nojson="known difference (README, codec.py): a dict iterator comes back over a new dict of the items it had "
-    "left, so mutating the generator's dict cannot raise 'dictionary changed size during iteration' after a JSON resume"))
+""",
+        [N, S("b"), N],
+        [N, S("a"), N],
+        nojson="known difference (README, codec.py): a dict iterator comes back over a new dict of the items "
+        "it had left, so mutating the generator's dict cannot raise 'dictionary changed size during iteration' "
+        "after a JSON resume",
+    )
+)
 
-add(prog("for-dict-view-alive-across-yield", """
+add(
+    prog(
+        "for-dict-view-alive-across-yield",
+        """
 @resumable
 def gen():
     d = {"x": 1}
@@ -634,9 +898,16 @@ def gen():
     items = d.items()
     d["y"] = yield sorted(keys)
     return list(keys), list(items), len(keys)
-""", [N, S(2)], nojson="codec.py refuses dict views (NotSerializableError: a dict_keys cannot travel)"))
+""",
+        [N, S(2)],
+        nojson="codec.py refuses dict views (NotSerializableError: a dict_keys cannot travel)",
+    )
+)
 
-add(prog("for-enumerate-zip", """
+add(
+    prog(
+        "for-enumerate-zip",
+        """
 @resumable
 def gen():
     names = ["a", "b", "c"]
@@ -647,9 +918,16 @@ def gen():
     for left, right in zip("xyz", range(5)):
         yield left * right
     return names
-""", [N, S("d"), N, N, N, N, N, N, N], [N, N, N, N, S("late"), N, N, N]))
+""",
+        [N, S("d"), N, N, N, N, N, N, N],
+        [N, N, N, N, S("late"), N, N, N],
+    )
+)
 
-add(prog("for-over-native-generator", """
+add(
+    prog(
+        "for-over-native-generator",
+        """
 def numbers(n):
     emit("numbers start")
     for i in range(n):
@@ -665,9 +943,17 @@ def gen():
     else:
         emit("exhausted")
     return total
-""", [N, S(1), S(2), S(3)], [N, T("KeyError")], nojson="a native generator is live across the yields"))
+""",
+        [N, S(1), S(2), S(3)],
+        [N, T("KeyError")],
+        nojson="a native generator is live across the yields",
+    )
+)
 
-add(prog("for-over-compiled-generator", """
+add(
+    prog(
+        "for-over-compiled-generator",
+        """
 @resumable
 def numbers(n):
     for i in range(n):
@@ -683,9 +969,18 @@ def gen():
     else:
         emit("exhausted")
     return seen
-""", [N, S(1), S(2), S(3)], [N, S(1), T("KeyError")], [N, C]))
+""",
+        [N, S(1), S(2), S(3)],
+        [N, S(1), T("KeyError")],
+        [N, C],
+    )
+)
 
-add(prog("for-yield-in-iterable", V + """
+add(
+    prog(
+        "for-yield-in-iterable",
+        V
+        + """
 @resumable
 def gen():
     total = []
@@ -694,9 +989,17 @@ def gen():
     for y in [v(1), (yield "second?"), v(3)]:
         total.append((yield y))
     return total
-""", [N, S([1, 2]), S(2), S("a"), S("b"), S("c")], [N, S(5)], [N, S("ab"), T("ValueError")]))
+""",
+        [N, S([1, 2]), S(2), S("a"), S("b"), S("c")],
+        [N, S(5)],
+        [N, S("ab"), T("ValueError")],
+    )
+)
 
-add(prog("for-nested-break-continue", """
+add(
+    prog(
+        "for-nested-break-continue",
+        """
 @resumable
 def gen():
     pairs = []
@@ -722,9 +1025,18 @@ def gen():
     else:
         emit("outer else")
     return pairs
-""", [N] * 6, [N, S("stop-inner"), S("stop-all")], [N, N, S("stop-inner"), N, N, N], [N, N, N, T("ValueError")]))
+""",
+        [N] * 6,
+        [N, S("stop-inner"), S("stop-all")],
+        [N, N, S("stop-inner"), N, N, N],
+        [N, N, N, T("ValueError")],
+    )
+)
 
-add(prog("for-targets-attribute-subscript-unpack", """
+add(
+    prog(
+        "for-targets-attribute-subscript-unpack",
+        """
 from dataclasses import dataclass
 
 @dataclass
@@ -742,9 +1054,16 @@ def gen():
     for i, (x, *rest) in enumerate([[1, 2, 3], [4]]):
         yield (i, x, rest)
     return obj.i, d
-""", [N] * 7, [N, N, N, T("ValueError")]))
+""",
+        [N] * 7,
+        [N, N, N, T("ValueError")],
+    )
+)
 
-add(prog("for-list-mutated-while-iterating", """
+add(
+    prog(
+        "for-list-mutated-while-iterating",
+        """
 @resumable
 def gen():
     items = [1, 2]
@@ -753,9 +1072,16 @@ def gen():
         if extra:
             items.append(extra)
     return items
-""", [N, S(3), S(4), N, N], [N, N, N]))
+""",
+        [N, S(3), S(4), N, N],
+        [N, N, N],
+    )
+)
 
-add(prog("for-iter-callable-sentinel", """
+add(
+    prog(
+        "for-iter-callable-sentinel",
+        """
 import functools
 
 @resumable
@@ -764,9 +1090,16 @@ def gen():
     for x in iter(functools.partial(data.pop, 0), 0):
         yield x
     return data
-""", [N, N, N, N], nojson="a callable_iterator over a functools.partial is live across the yields"))
+""",
+        [N, N, N, N],
+        nojson="a callable_iterator over a functools.partial is live across the yields",
+    )
+)
 
-add(prog("for-else-yield-only-in-else", """
+add(
+    prog(
+        "for-else-yield-only-in-else",
+        """
 @resumable
 def gen():
     for x in range(3):
@@ -783,9 +1116,16 @@ def gen():
     else:
         w2 = yield "empty else"
     return y, z, w2
-""", [N, S(1), S(2)], [N, T("KeyError")]))
+""",
+        [N, S(1), S(2)],
+        [N, T("KeyError")],
+    )
+)
 
-add(prog("for-throw-escapes-loop", """
+add(
+    prog(
+        "for-throw-escapes-loop",
+        """
 @resumable
 def gen():
     done = []
@@ -801,9 +1141,16 @@ def gen():
         last = yield ("left loop", str(e), done)
         return last
     return done
-""", [N, N, T("KeyError"), T("ValueError", "out"), S("ret")], [N] * 6))
+""",
+        [N, N, T("KeyError"), T("ValueError", "out"), S("ret")],
+        [N] * 6,
+    )
+)
 
-add(prog("for-variable-after-loop", """
+add(
+    prog(
+        "for-variable-after-loop",
+        """
 @resumable
 def gen():
     for x in range(3):
@@ -815,9 +1162,15 @@ def gen():
         y
     except UnboundLocalError as e:
         yield str(e)
-""", [N] * 6))
+""",
+        [N] * 6,
+    )
+)
 
-add(prog("for-else-both-body-and-else-yield", """
+add(
+    prog(
+        "for-else-both-body-and-else-yield",
+        """
 @resumable
 def gen():
     for i in range(2):
@@ -828,9 +1181,17 @@ def gen():
         got = yield "else"
         emit(("else got", got))
     return i
-""", [N, N, N, S("e")], [N, S("break")], [N, N, N, T("ValueError")]))
+""",
+        [N, N, N, S("e")],
+        [N, S("break")],
+        [N, N, N, T("ValueError")],
+    )
+)
 
-add(prog("for-body-never-loops-back", """
+add(
+    prog(
+        "for-body-never-loops-back",
+        """
 @resumable
 def gen(kind):
     for i in range(3):
@@ -841,8 +1202,17 @@ def gen(kind):
             break
         raise ValueError(got)
     return "after loop"
-""", [N, S(1)], [N, T("KeyError")], [N, C], args=(0,)))
-add(prog("for-body-never-loops-back-break", """
+""",
+        [N, S(1)],
+        [N, T("KeyError")],
+        [N, C],
+        args=(0,),
+    )
+)
+add(
+    prog(
+        "for-body-never-loops-back-break",
+        """
 @resumable
 def gen():
     for i in range(3):
@@ -854,13 +1224,20 @@ def gen():
     else:
         yield "no break"
     return "after loop"
-""", [N, S(1), N], [N, T("KeyError")]))
+""",
+        [N, S(1), N],
+        [N, T("KeyError")],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # return
 
-add(prog("return-value-mid", """
+add(
+    prog(
+        "return-value-mid",
+        """
 @resumable
 def gen():
     x = yield 1
@@ -868,9 +1245,16 @@ def gen():
         return "early-value"
     yield 2
     return [x]
-""", [N, S("early"), N, S(1), T("ValueError"), C], [N, S(0), N, N]))
+""",
+        [N, S("early"), N, S(1), T("ValueError"), C],
+        [N, S(0), N, N],
+    )
+)
 
-add(prog("return-inside-loops", """
+add(
+    prog(
+        "return-inside-loops",
+        """
 @resumable
 def gen():
     for i in range(5):
@@ -883,9 +1267,16 @@ def gen():
                 break
             j += 1
     return "exhausted"
-""", [N, N, S("next-i"), N, S("ret")], [N, S("next-i"), S("next-i"), S("next-i"), S("next-i"), S("next-i")]))
+""",
+        [N, N, S("next-i"), N, S("ret")],
+        [N, S("next-i"), S("next-i"), S("next-i"), S("next-i"), S("next-i")],
+    )
+)
 
-add(prog("return-inside-try-clauses", """
+add(
+    prog(
+        "return-inside-try-clauses",
+        """
 @resumable
 def gen():
     try:
@@ -900,9 +1291,18 @@ def gen():
     finally:
         emit("finally")
     return "after"
-""", [N, S(1)], [N, S(0), S(2)], [N, S(0), S(3)], [N, S(0), C]))
+""",
+        [N, S(1)],
+        [N, S(0), S(2)],
+        [N, S(0), S(3)],
+        [N, S(0), C],
+    )
+)
 
-add(prog("return-bare", """
+add(
+    prog(
+        "return-bare",
+        """
 @resumable
 def gen():
     x = yield
@@ -910,9 +1310,15 @@ def gen():
         return
     yield "more"
     return None
-""", [N, S(1), N], [N, S(0), N, N]))
+""",
+        [N, S(1), N],
+        [N, S(0), N, N],
+    )
+)
 
-RETURN_YIELD = V + """
+RETURN_YIELD = (
+    V
+    + """
 @resumable
 def gen(mode):
     if mode == 1:
@@ -921,6 +1327,7 @@ def gen(mode):
         return v("first"), (yield "pair"), v("last")
     return (yield "a") + (yield "b")
 """
+)
 add(prog("return-yield-single", RETURN_YIELD, [N, S(5)], [N, T("ValueError")], args=(1,)))
 add(prog("return-yield-tuple", RETURN_YIELD, [N, S(5)], args=(2,)))
 add(prog("return-yield-sum", RETURN_YIELD, [N, S(5), S(6)], [N, S(5), S("x")], args=(3,)))
@@ -929,7 +1336,10 @@ add(prog("return-yield-sum", RETURN_YIELD, [N, S(5), S(6)], [N, S(5), S("x")], a
 # ---------------------------------------------------------------------------------------------------------------------
 # try / except / else / finally: yields in every clause, exceptions thrown in everywhere
 
-add(prog("try-every-clause-yields", """
+add(
+    prog(
+        "try-every-clause-yields",
+        """
 @resumable
 def gen():
     try:
@@ -947,18 +1357,22 @@ def gen():
         emit(("finally got", w))
     return "end"
 """,
-    [N, S(1), S(2), S(3), N],
-    [N, T("ValueError", "v"), S(2), S(3), N],
-    [N, T("KeyError", "k"), S("f"), N],
-    [N, S(1), T("ValueError", "in else"), S("f"), N],
-    [N, T("ValueError"), T("KeyError", "in handler"), S("f"), N],
-    [N, C, N],
-    [N, S(1), S(2), C, N],
-    [N, S(1), S(2), T("RuntimeError", "in finally"), N],
-    [N, T("ValueError"), C],
-))
+        [N, S(1), S(2), S(3), N],
+        [N, T("ValueError", "v"), S(2), S(3), N],
+        [N, T("KeyError", "k"), S("f"), N],
+        [N, S(1), T("ValueError", "in else"), S("f"), N],
+        [N, T("ValueError"), T("KeyError", "in handler"), S("f"), N],
+        [N, C, N],
+        [N, S(1), S(2), C, N],
+        [N, S(1), S(2), T("RuntimeError", "in finally"), N],
+        [N, T("ValueError"), C],
+    )
+)
 
-add(prog("try-throw-leaves-assignment-target-unassigned", """
+add(
+    prog(
+        "try-throw-leaves-assignment-target-unassigned",
+        """
 @resumable
 def gen():
     b = "old"
@@ -974,9 +1388,18 @@ def gen():
     except KeyError:
         pass
     return b, c
-""", [N, T("ValueError"), N, T("KeyError"), N], [N, S("new"), S((1, 2))], [N, T("KeyError")], [N, C]))
+""",
+        [N, T("ValueError"), N, T("KeyError"), N],
+        [N, S("new"), S((1, 2))],
+        [N, T("KeyError")],
+        [N, C],
+    )
+)
 
-add(prog("try-nested-in-handler", """
+add(
+    prog(
+        "try-nested-in-handler",
+        """
 import sys
 
 @resumable
@@ -995,9 +1418,18 @@ def gen():
         yield "back in outer handler"
     emit(sys.exc_info())
     return "end"
-""", [N] * 6, [N, N, T("TypeError", "t")], [N, N, N, T("TypeError")], [N, N, N, N, C]))
+""",
+        [N] * 6,
+        [N, N, T("TypeError", "t")],
+        [N, N, N, T("TypeError")],
+        [N, N, N, N, C],
+    )
+)
 
-add(prog("try-exception-variable-scope", """
+add(
+    prog(
+        "try-exception-variable-scope",
+        """
 @resumable
 def gen():
     e = "before"
@@ -1011,9 +1443,16 @@ def gen():
     except UnboundLocalError as u:
         yield str(u)
     return "end"
-""", [N, N, N, N], [N, T("ValueError")]))
+""",
+        [N, N, N, N],
+        [N, T("ValueError")],
+    )
+)
 
-add(prog("try-exception-variable-rebound-in-handler", """
+add(
+    prog(
+        "try-exception-variable-rebound-in-handler",
+        """
 @resumable
 def gen():
     try:
@@ -1029,9 +1468,15 @@ def gen():
         except UnboundLocalError as u:
             yield str(u)
     return "end"
-""", [N, N, N, N, N]))
+""",
+        [N, N, N, N, N],
+    )
+)
 
-add(prog("try-raise-from", """
+add(
+    prog(
+        "try-raise-from",
+        """
 @resumable
 def gen():
     try:
@@ -1040,10 +1485,19 @@ def gen():
     except ValueError as e:
         cause = yield ("caught", str(e))
         raise KeyError("wrapped") from (RuntimeError(cause) if cause else None)
-""", [N, N, S("m"), S("c")], [N, N, S("m"), S(None)], [N, T("ValueError", "thrown"), S("c2")],
-    [N, N, S("m"), T("TypeError", "t")]))
+""",
+        [N, N, S("m"), S("c")],
+        [N, N, S("m"), S(None)],
+        [N, T("ValueError", "thrown"), S("c2")],
+        [N, N, S("m"), T("TypeError", "t")],
+    )
+)
 
-add(prog("try-raise-from-yields-everywhere", V + """
+add(
+    prog(
+        "try-raise-from-yields-everywhere",
+        V
+        + """
 @resumable
 def gen():
     err = yield "which?"
@@ -1056,9 +1510,16 @@ def gen():
     except KeyError:
         yield "in handler"
         raise RuntimeError(err) from None
-""", [N, S("E"), S("a"), S("c"), N, N], [N, S("E"), S("a"), T("TypeError")]))
+""",
+        [N, S("E"), S("a"), S("c"), N, N],
+        [N, S("E"), S("a"), T("TypeError")],
+    )
+)
 
-add(prog("try-bare-raise-after-yield", """
+add(
+    prog(
+        "try-bare-raise-after-yield",
+        """
 import sys
 
 @resumable
@@ -1070,10 +1531,18 @@ def gen():
         x = yield "handling"
         emit((sys.exc_info()[0].__name__, x))
         raise
-""", [N, T("ValueError", "boom"), S(1)], [N, T("KeyError", "k"), T("TypeError", "t")], [N, T("ValueError"), C],
-    [N, N]))
+""",
+        [N, T("ValueError", "boom"), S(1)],
+        [N, T("KeyError", "k"), T("TypeError", "t")],
+        [N, T("ValueError"), C],
+        [N, N],
+    )
+)
 
-add(prog("try-bare-raise-after-nested-handler", """
+add(
+    prog(
+        "try-bare-raise-after-nested-handler",
+        """
 import sys
 
 @resumable
@@ -1090,9 +1559,16 @@ def gen():
         yield "back in outer"
         emit(repr(sys.exc_info()[1]))
         raise
-""", [N, N, N, N], [N, N, T("TypeError")]))
+""",
+        [N, N, N, N],
+        [N, N, T("TypeError")],
+    )
+)
 
-add(prog("try-finally-return-overrides-exception", """
+add(
+    prog(
+        "try-finally-return-overrides-exception",
+        """
 @resumable
 def gen():
     try:
@@ -1101,9 +1577,18 @@ def gen():
     finally:
         yield "fin"
         return "override"
-""", [N, N, N], [N, T("KeyError"), N], [N, C, N], [N, N, T("TypeError")]))
+""",
+        [N, N, N],
+        [N, T("KeyError"), N],
+        [N, C, N],
+        [N, N, T("TypeError")],
+    )
+)
 
-add(prog("try-finally-return-overrides-return", """
+add(
+    prog(
+        "try-finally-return-overrides-return",
+        """
 @resumable
 def gen():
     try:
@@ -1112,9 +1597,18 @@ def gen():
         x = yield "fin"
         if x:
             return x
-""", [N, S("a"), S("b")], [N, S("a"), N], [N, S("a"), T("ValueError")], [N, S("a"), C, N]))
+""",
+        [N, S("a"), S("b")],
+        [N, S("a"), N],
+        [N, S("a"), T("ValueError")],
+        [N, S("a"), C, N],
+    )
+)
 
-add(prog("try-finally-break-continue-in-loop", """
+add(
+    prog(
+        "try-finally-break-continue-in-loop",
+        """
 @resumable
 def gen():
     for i in range(3):
@@ -1138,17 +1632,21 @@ def gen():
         emit("else")
     return "end"
 """,
-    [N] * 7,
-    [N, S("brk"), S("x")],
-    [N, S("cont"), N, S("brk"), N],
-    [N, S("err"), S("swallow"), S("err"), S("stop")],
-    [N, S("err"), N],
-    [N, T("KeyError", "t"), S("swallow"), N, N, N, N],
-    [N, S("brk"), C, N],
-    [N, S("cont"), T("KeyError", "in fin")],
-))
+        [N] * 7,
+        [N, S("brk"), S("x")],
+        [N, S("cont"), N, S("brk"), N],
+        [N, S("err"), S("swallow"), S("err"), S("stop")],
+        [N, S("err"), N],
+        [N, T("KeyError", "t"), S("swallow"), N, N, N, N],
+        [N, S("brk"), C, N],
+        [N, S("cont"), T("KeyError", "in fin")],
+    )
+)
 
-add(prog("try-finally-raise-while-pending", """
+add(
+    prog(
+        "try-finally-raise-while-pending",
+        """
 @resumable
 def gen():
     try:
@@ -1161,9 +1659,17 @@ def gen():
     except KeyError as e:
         yield repr(e.__context__)
         raise
-""", [N, N, N, N], [N, N, T("TypeError", "t"), N], [N, T("IndexError", "thrown"), N, N]))
+""",
+        [N, N, N, N],
+        [N, N, T("TypeError", "t"), N],
+        [N, T("IndexError", "thrown"), N, N],
+    )
+)
 
-add(prog("try-finally-nested-return", """
+add(
+    prog(
+        "try-finally-nested-return",
+        """
 @resumable
 def gen():
     try:
@@ -1178,9 +1684,18 @@ def gen():
         emit("outer fin")
         yield "outer"
     return "late"
-""", [N, N, S("ret"), N, N], [N, N, N, N, N, N], [N, S("ret"), C, N], [N, S("ret"), N, T("ValueError")]))
+""",
+        [N, N, S("ret"), N, N],
+        [N, N, N, N, N, N],
+        [N, S("ret"), C, N],
+        [N, S("ret"), N, T("ValueError")],
+    )
+)
 
-add(prog("try-handler-type-side-effects", """
+add(
+    prog(
+        "try-handler-type-side-effects",
+        """
 import builtins
 
 def kind(name):
@@ -1198,9 +1713,17 @@ def gen():
         yield "value"
         emit("after")
     return "end"
-""", [N, T("ValueError"), N], [N, T("KeyError"), N], [N, N]))
+""",
+        [N, T("ValueError"), N],
+        [N, T("KeyError"), N],
+        [N, N],
+    )
+)
 
-add(prog("try-handler-matching", """
+add(
+    prog(
+        "try-handler-matching",
+        """
 @resumable
 def gen():
     caught = []
@@ -1222,9 +1745,16 @@ def gen():
             caught.append(("arith/attr", type(e).__name__, str(e)))
             yield caught[-1]
     return caught
-""", [N, S("q"), N, S(5), N, S(0), N, N, N, N], [N, S("q"), N, S(5), N, S(2), N, N]))
+""",
+        [N, S("q"), N, S(5), N, S(0), N, N, N, N],
+        [N, S("q"), N, S(5), N, S(2), N, N],
+    )
+)
 
-add(prog("try-handler-raises-new", """
+add(
+    prog(
+        "try-handler-raises-new",
+        """
 @resumable
 def gen():
     try:
@@ -1237,9 +1767,17 @@ def gen():
         ctx = k.__context__
         yield ("outer", repr(k), repr(ctx), repr(ctx and ctx.__context__))
     return "end"
-""", [N, T("ValueError", "v"), N, N], [N, T("ValueError", "v"), T("TypeError", "t")], [N, T("KeyError", "direct")]))
+""",
+        [N, T("ValueError", "v"), N, N],
+        [N, T("ValueError", "v"), T("TypeError", "t")],
+        [N, T("KeyError", "direct")],
+    )
+)
 
-add(prog("try-else-throw-not-caught-by-own-handlers", """
+add(
+    prog(
+        "try-else-throw-not-caught-by-own-handlers",
+        """
 @resumable
 def gen():
     try:
@@ -1255,9 +1793,17 @@ def gen():
     except KeyError as e:
         yield ("outer caught", str(e))
     return "end"
-""", [N, S(1), T("KeyError", "in else"), N], [N, T("KeyError", "in body"), N, N], [N, S(1), S(2)]))
+""",
+        [N, S(1), T("KeyError", "in else"), N],
+        [N, T("KeyError", "in body"), N, N],
+        [N, S(1), S(2)],
+    )
+)
 
-add(prog("try-plain-body-yielding-finally", """
+add(
+    prog(
+        "try-plain-body-yielding-finally",
+        """
 @resumable
 def gen():
     try:
@@ -1271,9 +1817,18 @@ def gen():
     finally:
         yield "fin2"
     return "unreachable"
-""", [N, N, N], [N, T("ValueError")], [N, C], [N, S(1), N, N]))
+""",
+        [N, N, N],
+        [N, T("ValueError")],
+        [N, C],
+        [N, S(1), N, N],
+    )
+)
 
-add(prog("try-plain-body-yielding-else", """
+add(
+    prog(
+        "try-plain-body-yielding-else",
+        """
 @resumable
 def gen():
     try:
@@ -1286,9 +1841,16 @@ def gen():
         emit(("else got", x))
         n += 1
     return n
-""", [N, S(1)], [N, T("ValueError", "thrown in else")]))
+""",
+        [N, S(1)],
+        [N, T("ValueError", "thrown in else")],
+    )
+)
 
-add(prog("try-body-tail-after-last-yield", """
+add(
+    prog(
+        "try-body-tail-after-last-yield",
+        """
 @resumable
 def gen():
     try:
@@ -1304,9 +1866,17 @@ def gen():
     else:
         yield "else"
     return "end"
-""", [N, N, N, N, N], [N, N, T("ValueError")], [N, N, N, N, T("KeyError")]))
+""",
+        [N, N, N, N, N],
+        [N, N, T("ValueError")],
+        [N, N, N, N, T("KeyError")],
+    )
+)
 
-add(prog("try-plain-body-yielding-handler", """
+add(
+    prog(
+        "try-plain-body-yielding-handler",
+        """
 @resumable
 def gen():
     try:
@@ -1316,9 +1886,16 @@ def gen():
         got = yield str(e)
         emit(("handler got", got))
     return "end"
-""", [N, S(1)], [N, T("KeyError")]))
+""",
+        [N, S(1)],
+        [N, T("KeyError")],
+    )
+)
 
-add(prog("try-nested-finally-pending-both", """
+add(
+    prog(
+        "try-nested-finally-pending-both",
+        """
 @resumable
 def gen():
     try:
@@ -1329,9 +1906,19 @@ def gen():
             yield "inner fin"
     finally:
         yield "outer fin"
-""", [N, N, N, N], [N, N, T("KeyError"), N], [N, N, N, T("TypeError")], [N, C], [N, N, C]))
+""",
+        [N, N, N, N],
+        [N, N, T("KeyError"), N],
+        [N, N, N, T("TypeError")],
+        [N, C],
+        [N, N, C],
+    )
+)
 
-add(prog("try-in-finally-with-pending-exception", """
+add(
+    prog(
+        "try-in-finally-with-pending-exception",
+        """
 @resumable
 def gen():
     try:
@@ -1343,9 +1930,17 @@ def gen():
         except KeyError as e:
             yield ("fin-except", repr(e.__context__))
         yield "fin-after"
-""", [N, N, N, N], [N, T("TypeError", "t"), N], [N, N, T("TypeError")]))
+""",
+        [N, N, N, N],
+        [N, T("TypeError", "t"), N],
+        [N, N, T("TypeError")],
+    )
+)
 
-add(prog("try-retry-loop", """
+add(
+    prog(
+        "try-retry-loop",
+        """
 @resumable
 def gen():
     attempts = 0
@@ -1360,9 +1955,17 @@ def gen():
             if attempts >= 3:
                 raise RuntimeError("gave up") from e
             yield ("retry after", e.args)
-""", [N, S("fail"), N, S("fail"), N, S("fail")], [N, S("fail"), N, S("good")], [N, S("fail"), T("ValueError")]))
+""",
+        [N, S("fail"), N, S("fail"), N, S("fail")],
+        [N, S("fail"), N, S("good")],
+        [N, S("fail"), T("ValueError")],
+    )
+)
 
-add(prog("try-raise-non-exception", """
+add(
+    prog(
+        "try-raise-non-exception",
+        """
 @resumable
 def gen():
     try:
@@ -1370,9 +1973,16 @@ def gen():
     except TypeError as e:
         yield str(e)
     raise (yield "class?")
-""", [N, S(5), N, S(None)], [N, S(None), N, S(3)]))
+""",
+        [N, S(5), N, S(None)],
+        [N, S(None), N, S(3)],
+    )
+)
 
-add(prog("try-raise-class", """
+add(
+    prog(
+        "try-raise-class",
+        """
 @resumable
 def gen():
     try:
@@ -1382,9 +1992,15 @@ def gen():
         yield ("instance of class", repr(e), e.args)
     yield 2
     raise KeyError from IndexError
-""", [N, N, N, N]))
+""",
+        [N, N, N, N],
+    )
+)
 
-add(prog("try-catch-stopiteration", """
+add(
+    prog(
+        "try-catch-stopiteration",
+        """
 @resumable
 def gen():
     it = iter([1, 2])
@@ -1395,9 +2011,15 @@ def gen():
     except StopIteration as e:
         yield ("stopped", repr(e))
     return "end"
-""", [N, N, N, N, N]))
+""",
+        [N, N, N, N, N],
+    )
+)
 
-add(prog("try-return-in-finally-on-close", """
+add(
+    prog(
+        "try-return-in-finally-on-close",
+        """
 @resumable
 def gen():
     try:
@@ -1405,9 +2027,17 @@ def gen():
         yield 2
     finally:
         return "swallowed"
-""", [N, C, N], [N, N, N], [N, T("ValueError")]))
+""",
+        [N, C, N],
+        [N, N, N],
+        [N, T("ValueError")],
+    )
+)
 
-add(prog("try-except-generatorexit", """
+add(
+    prog(
+        "try-except-generatorexit",
+        """
 @resumable
 def gen():
     try:
@@ -1420,9 +2050,18 @@ def gen():
     except GeneratorExit:
         emit("exit swallowed")
     yield "after"
-""", [N, C, N], [N, N, C], [N, N, T0("GeneratorExit"), N], [N, N, N, C]))
+""",
+        [N, C, N],
+        [N, N, C],
+        [N, N, T0("GeneratorExit"), N],
+        [N, N, N, C],
+    )
+)
 
-add(prog("try-throw-handled-then-next-value", """
+add(
+    prog(
+        "try-throw-handled-then-next-value",
+        """
 @resumable
 def gen():
     n = 0
@@ -1434,9 +2073,17 @@ def gen():
             n += 10
         n += 1
     return n
-""", [N, T("ValueError", "a"), N], [N, N, T("KeyError", "k")], [N, N, N]))
+""",
+        [N, T("ValueError", "a"), N],
+        [N, N, T("KeyError", "k")],
+        [N, N, N],
+    )
+)
 
-add(prog("try-finally-close-at-each-yield", """
+add(
+    prog(
+        "try-finally-close-at-each-yield",
+        """
 @resumable
 def gen():
     try:
@@ -1449,9 +2096,19 @@ def gen():
     finally:
         emit("outer finally")
     yield "d"
-""", [N, C], [N, N, C], [N, N, N, C], [N, N, N, N, C], [N] * 5))
+""",
+        [N, C],
+        [N, N, C],
+        [N, N, N, C],
+        [N, N, N, N, C],
+        [N] * 5,
+    )
+)
 
-add(prog("try-exc-info-in-finally", """
+add(
+    prog(
+        "try-exc-info-in-finally",
+        """
 import sys
 
 @resumable
@@ -1467,9 +2124,16 @@ def gen():
     except ValueError:
         yield "caught"
     emit(repr(sys.exc_info()[1]))
-""", [N, N, N, N], [N, N, T("KeyError")]))
+""",
+        [N, N, N, N],
+        [N, N, T("KeyError")],
+    )
+)
 
-add(prog("try-all-clauses-in-loop", """
+add(
+    prog(
+        "try-all-clauses-in-loop",
+        """
 @resumable
 def gen():
     log = []
@@ -1485,10 +2149,16 @@ def gen():
         finally:
             log.append(("fin", (yield ("fin", i))))
     return log
-""", [N, S("raise"), S("h"), S("f"), S("ok"), S("e"), S("f2"), S("raise"), T("KeyError", "k"), S("fin")],
-    [N, S("raise"), S("h"), S("f"), N, N, N, N, N, N, N]))
+""",
+        [N, S("raise"), S("h"), S("f"), S("ok"), S("e"), S("f2"), S("raise"), T("KeyError", "k"), S("fin")],
+        [N, S("raise"), S("h"), S("f"), N, N, N, N, N, N, N],
+    )
+)
 
-add(prog("try-deep-nesting-context-chain", """
+add(
+    prog(
+        "try-deep-nesting-context-chain",
+        """
 @resumable
 def gen():
     try:
@@ -1504,9 +2174,17 @@ def gen():
     except TypeError as c:
         yield ("c", repr(c.__context__), repr(c.__context__.__context__))
         raise
-""", [N, T("ValueError", "v"), N, N, N], [N, T("KeyError", "direct"), N, N], [N, T("ValueError"), N, C]))
+""",
+        [N, T("ValueError", "v"), N, N, N],
+        [N, T("KeyError", "direct"), N, N],
+        [N, T("ValueError"), N, C],
+    )
+)
 
-add(prog("try-return-in-try-yielding-finally-value-kept", """
+add(
+    prog(
+        "try-return-in-try-yielding-finally-value-kept",
+        """
 @resumable
 def gen():
     for i in range(2):
@@ -1517,23 +2195,40 @@ def gen():
             got = yield ("fin", i)
             emit(("fin got", got))
     return "not reached"
-""", [N, N, S("v"), S("x")], [N, N, S("v"), T("KeyError")]))
+""",
+        [N, N, S("v"), S("x")],
+        [N, N, S("v"), T("KeyError")],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # assert, del, global, match
 
-add(prog("assert-yields", """
+add(
+    prog(
+        "assert-yields",
+        """
 @resumable
 def gen():
     assert (yield "t1"), "static"
     assert (yield "t2"), (yield "msg?")
     assert (yield "t3")
     return "ok"
-""", [N, S(1), S(1), S(1)], [N, S(0)], [N, S(1), S(0), S("dynamic")], [N, S(1), S(1), S(0)],
-    [N, S(1), S(0), T("ValueError")]))
+""",
+        [N, S(1), S(1), S(1)],
+        [N, S(0)],
+        [N, S(1), S(0), S("dynamic")],
+        [N, S(1), S(1), S(0)],
+        [N, S(1), S(0), T("ValueError")],
+    )
+)
 
-add(prog("assert-message-lazy", V + """
+add(
+    prog(
+        "assert-message-lazy",
+        V
+        + """
 def msg(text):
     emit(("msg evaluated", text))
     return text
@@ -1544,9 +2239,17 @@ def gen():
         assert (yield i) != "bad", msg(f"bad at {i}")
     assert v(True), msg("never")
     assert v([]), (yield "failing message")
-""", [N, N, N, N, S("m")], [N, N, S("bad")], [N, T("AssertionError", "thrown")]))
+""",
+        [N, N, N, N, S("m")],
+        [N, N, S("bad")],
+        [N, T("AssertionError", "thrown")],
+    )
+)
 
-add(prog("del-then-use", """
+add(
+    prog(
+        "del-then-use",
+        """
 @resumable
 def gen():
     x = yield "x"
@@ -1559,9 +2262,16 @@ def gen():
     x = 5
     del x
     return x
-""", [N, S(1), N, N], [N, S(1), T("ValueError")]))
+""",
+        [N, S(1), N, N],
+        [N, S(1), T("ValueError")],
+    )
+)
 
-add(prog("del-targets", """
+add(
+    prog(
+        "del-targets",
+        """
 @resumable
 def gen():
     d = {"a": 1, "b": 2}
@@ -1582,9 +2292,16 @@ def gen():
     except KeyError as e:
         yield repr(e)
     return d, lst
-""", [N, S("a"), S(2), N, N, N], [N, S("zz")]))
+""",
+        [N, S("a"), S(2), N, N, N],
+        [N, S("zz")],
+    )
+)
 
-add(prog("del-in-loop-rebind", """
+add(
+    prog(
+        "del-in-loop-rebind",
+        """
 @resumable
 def gen():
     for i in range(3):
@@ -1595,9 +2312,16 @@ def gen():
             yield ("x is", x)
         except NameError as e:
             emit(str(e))
-""", [N, S(1), N, S(0), N, N, N], [N, S(0), N, S(1), N]))
+""",
+        [N, S(1), N, S(0), N, N, N],
+        [N, S(0), N, S(1), N],
+    )
+)
 
-add(prog("global-read-write", """
+add(
+    prog(
+        "global-read-write",
+        """
 counter = 0
 log_list = []
 
@@ -1608,9 +2332,16 @@ def gen():
     log_list.append(counter)
     counter = (yield counter) * 2
     return counter, log_list
-""", [N, S(2), S(5)], [N, S(2), T("ValueError")]))
+""",
+        [N, S(2), S(5)],
+        [N, S(2), T("ValueError")],
+    )
+)
 
-add(prog("global-declared-in-block", """
+add(
+    prog(
+        "global-declared-in-block",
+        """
 @resumable
 def gen():
     if (yield "set?"):
@@ -1618,9 +2349,16 @@ def gen():
         flag = "set"
     x = yield "read"
     return flag, x
-""", [N, S(1), S(2)], [N, S(0), S(2)]))
+""",
+        [N, S(1), S(2)],
+        [N, S(0), S(2)],
+    )
+)
 
-add(prog("global-del-and-rebind", """
+add(
+    prog(
+        "global-del-and-rebind",
+        """
 g = "initial"
 
 @resumable
@@ -1636,9 +2374,15 @@ def gen():
         yield str(e)
     g = yield "reset?"
     return g
-""", [N, N, N, S("new")]))
+""",
+        [N, N, N, S("new")],
+    )
+)
 
-add(prog("match-class-mapping-sequence", """
+add(
+    prog(
+        "match-class-mapping-sequence",
+        """
 from dataclasses import dataclass
 
 @dataclass
@@ -1673,11 +2417,33 @@ def gen():
             case _:
                 r = yield "other"
         results.append(r)
-""", [N, S(("pt", 0, 0)), S("o"), S(("pt", 2, 2)), S("d"), S(("pt", 1, 2)), S("p"), S({"op": "go", "b": 1, "a": 2}),
-      S("op"), S([1, 2, 3]), S("s"), S("txt"), S("t"), S(42), S("x"), S({"op": "stop"})],
-    [N, S(("pt", 3, 3)), T("ValueError")]))
+""",
+        [
+            N,
+            S(("pt", 0, 0)),
+            S("o"),
+            S(("pt", 2, 2)),
+            S("d"),
+            S(("pt", 1, 2)),
+            S("p"),
+            S({"op": "go", "b": 1, "a": 2}),
+            S("op"),
+            S([1, 2, 3]),
+            S("s"),
+            S("txt"),
+            S("t"),
+            S(42),
+            S("x"),
+            S({"op": "stop"}),
+        ],
+        [N, S(("pt", 3, 3)), T("ValueError")],
+    )
+)
 
-add(prog("match-guards-side-effects", """
+add(
+    prog(
+        "match-guards-side-effects",
+        """
 def check_guard(x):
     emit(("guard", x))
     return x > 1
@@ -1696,9 +2462,16 @@ def gen():
             case {"k": value}:
                 out.append((yield ("mapping", value)))
     return out
-""", [N, S(1), S(2), S(3), S(4), S(5)], [N, N, T("KeyError")]))
+""",
+        [N, S(1), S(2), S(3), S(4), S(5)],
+        [N, N, T("KeyError")],
+    )
+)
 
-add(prog("match-subject-yield-literals", """
+add(
+    prog(
+        "match-subject-yield-literals",
+        """
 @resumable
 def gen():
     while True:
@@ -1715,10 +2488,17 @@ def gen():
                 emit(("got", x))
             case _:
                 yield "unknown"
-""", [N, S(2), N, S(None), N, S(["add", 1, 2]), S("x"), S("what"), N, S("exit")], [N, S(1), T("ValueError")],
-    [N, S(["sub", 1, 2]), C]))
+""",
+        [N, S(2), N, S(None), N, S(["add", 1, 2]), S("x"), S("what"), N, S("exit")],
+        [N, S(1), T("ValueError")],
+        [N, S(["sub", 1, 2]), C],
+    )
+)
 
-add(prog("match-no-case-matches", """
+add(
+    prog(
+        "match-no-case-matches",
+        """
 @resumable
 def gen():
     for subject in (5, "x"):
@@ -1728,9 +2508,15 @@ def gen():
             case str(s):
                 yield ("str", s)
         yield ("after match", subject)
-""", [N, N, N, N]))
+""",
+        [N, N, N, N],
+    )
+)
 
-add(prog("match-throw-in-case-body-try", """
+add(
+    prog(
+        "match-throw-in-case-body-try",
+        """
 @resumable
 def gen():
     match (yield "subject?"):
@@ -1745,8 +2531,12 @@ def gen():
             return "exhausted"
         case _:
             return "no retry"
-""", [N, S({"retry": 3}), T("ValueError"), T("ValueError"), N], [N, S({"retry": 2}), T("ValueError"), T("ValueError")],
-    [N, S(0)]))
+""",
+        [N, S({"retry": 3}), T("ValueError"), T("ValueError"), N],
+        [N, S({"retry": 2}), T("ValueError"), T("ValueError")],
+        [N, S(0)],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1765,7 +2555,10 @@ def gen(a, b=2, /, c=3, *args, d=4, e=5, **kw):
 add(prog("params-all-kinds-defaults", PARAMS, [N, S(1), S(2)], [S(None), T("ValueError")], args=(1,)))
 add(prog("params-all-kinds-positional", PARAMS, [N, S(1), S(2)], [C, N], args=(1, 20, 30, 40, 50)))
 
-add(prog("params-keywords-through-wrapper", """
+add(
+    prog(
+        "params-keywords-through-wrapper",
+        """
 @resumable
 def impl(a, /, b, *, c, d=4, **kw):
     got = yield (a, b, c, d, sorted(kw.items()))
@@ -1775,9 +2568,17 @@ def impl(a, /, b, *, c, d=4, **kw):
 
 def gen(*args):
     return impl(*args, c="kw-only", a="posonly name in kwargs", extra=1)
-""", [N, S(1), S(2)], [N, T("ValueError")], args=(1, 2)))
+""",
+        [N, S(1), S(2)],
+        [N, T("ValueError")],
+        args=(1, 2),
+    )
+)
 
-add(prog("params-varargs-only", """
+add(
+    prog(
+        "params-varargs-only",
+        """
 @resumable
 def gen(*args, **kwargs):
     total = 0
@@ -1785,17 +2586,31 @@ def gen(*args, **kwargs):
         total += yield item
     kwargs["total"] = total
     return args, kwargs
-""", [N, S(1), S(2), S(3)], [N, S(1), C], args=(10, 20, 30)))
+""",
+        [N, S(1), S(2), S(3)],
+        [N, S(1), C],
+        args=(10, 20, 30),
+    )
+)
 
-add(prog("params-mutable-default", """
+add(
+    prog(
+        "params-mutable-default",
+        """
 @resumable
 def gen(acc=[], n=2):
     for i in range(n):
         acc.append((yield len(acc)))
     return acc
-""", [N, S("a"), S("b")]))
+""",
+        [N, S("a"), S("b")],
+    )
+)
 
-add(prog("params-rebound-and-deleted", """
+add(
+    prog(
+        "params-rebound-and-deleted",
+        """
 @resumable
 def gen(a, b):
     yield a + b
@@ -1806,21 +2621,65 @@ def gen(a, b):
     except UnboundLocalError as e:
         yield str(e)
     return a
-""", [N, N, S(9), N], [S(None), S(1)], args=(1, 2)))
+""",
+        [N, N, S(9), N],
+        [S(None), S(1)],
+        args=(1, 2),
+    )
+)
 
-add(prog("params-captured-by-late-closure", """
+add(
+    prog(
+        "params-deleted-before-yield",
+        """
+@resumable
+def gen(a, *rest, k=1, **kw):
+    del a, rest
+    yield "deleted a and rest"
+    try:
+        a
+    except UnboundLocalError as e:
+        yield str(e)
+    del k
+    yield "deleted k"
+    try:
+        return k
+    except UnboundLocalError as e:
+        yield str(e)
+    return kw, rest
+""",
+        [N, N, N, N, N, N],
+        [N, T("ValueError")],
+        args=(5, 6),
+    )
+)
+
+add(
+    prog(
+        "params-captured-by-late-closure",
+        """
 @resumable
 def gen(x):
     y = yield x
     f = lambda: x + y
     return f()
-""", [N, S(1)], [S(None), S(2)], [C], [T("ValueError")], args=(5,)))
+""",
+        [N, S(1)],
+        [S(None), S(2)],
+        [C],
+        [T("ValueError")],
+        args=(5,),
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # nested functions, lambdas, comprehensions (no yield inside them); closures alive across a yield
 
-add(prog("lambdas-comprehensions-no-yield", """
+add(
+    prog(
+        "lambdas-comprehensions-no-yield",
+        """
 @resumable
 def gen():
     items = [(lambda v: v * v)(i) for i in range(4)]
@@ -1830,9 +2689,16 @@ def gen():
     total = sum(v for v in items if v > x)
     y = yield (mapping, sorted(s), total)
     return sorted(map(lambda t: t * 2, [y, x]))
-""", [N, S(3), S(10)], [N, S(2), T("KeyError")]))
+""",
+        [N, S(3), S(10)],
+        [N, S(2), T("KeyError")],
+    )
+)
 
-add(prog("nested-def-recursive", """
+add(
+    prog(
+        "nested-def-recursive",
+        """
 @resumable
 def gen():
     def square(n):
@@ -1842,7 +2708,10 @@ def gen():
     x = yield square(3)
     y = yield fact(x)
     return square(y)
-""", [N, S(5), S(4)]))
+""",
+        [N, S(5), S(4)],
+    )
+)
 
 CLOSURE_NONLOCAL = """
 @resumable
@@ -1872,7 +2741,10 @@ def gen():
 add(prog("closure-nonlocal-alive", CLOSURE_NONLOCAL, [N, S(5), S(10)], [N, S(5), T("ValueError")], [N, C]))
 add(prog("closure-reads-rebound", CLOSURE_READS, [N, N, S(2), N], [N, N, T("KeyError")]))
 
-add(prog("comprehension-yield-in-outer-iterable", """
+add(
+    prog(
+        "comprehension-yield-in-outer-iterable",
+        """
 @resumable
 def gen():
     doubled = [n * 2 for n in (yield "iterable?")]
@@ -1880,9 +2752,16 @@ def gen():
     total = sum(x for x in (yield "gen-iterable?"))
     unique = {c for c in (yield "set-iterable?")}
     return doubled, pairs, total, sorted(unique)
-""", [N, S([1, 2]), S("ab"), S((1, 2, 3)), S("abca")], [N, S(3)]))
+""",
+        [N, S([1, 2]), S("ab"), S((1, 2, 3)), S("abca")],
+        [N, S(3)],
+    )
+)
 
-add(prog("generator-expression-alive", """
+add(
+    prog(
+        "generator-expression-alive",
+        """
 @resumable
 def gen():
     squares = (i * i for i in range(5))
@@ -1891,9 +2770,16 @@ def gen():
     c = next(squares)
     rest = list(squares)
     return a, b, c, rest
-""", [N, S(1)], nojson="a generator expression is live across the yield"))
+""",
+        [N, S(1)],
+        nojson="a generator expression is live across the yield",
+    )
+)
 
-add(prog("nested-class-instance-alive", """
+add(
+    prog(
+        "nested-class-instance-alive",
+        """
 @resumable
 def gen():
     class Acc:
@@ -1906,9 +2792,16 @@ def gen():
     while len(acc.items) < 3:
         acc.add((yield len(acc.items)))
     return acc.items
-""", [N, S(1), S(2), S(3)], nojson="an instance of a class defined in the generator is live across the yields"))
+""",
+        [N, S(1), S(2), S(3)],
+        nojson="an instance of a class defined in the generator is live across the yields",
+    )
+)
 
-add(prog("comprehension-reads-locals", """
+add(
+    prog(
+        "comprehension-reads-locals",
+        """
 @resumable
 def gen():
     base = yield "base?"
@@ -1916,13 +2809,21 @@ def gen():
     base = yield scaled
     filtered = [s for s in scaled if s > base]
     return filtered
-""", [N, S(2), S(1)]))
+""",
+        [N, S(2), S(1)],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # yield in every expression position; the evaluation order is observed through emit()
 
-add(prog("expr-call-arguments", V + F + """
+add(
+    prog(
+        "expr-call-arguments",
+        V
+        + F
+        + """
 def fn(name):
     emit(("fn", name))
     return f
@@ -1933,9 +2834,17 @@ def gen():
     s = fn("f")(v(1), k=(yield "k"), j=v("j"))
     t = f(v("a"), f(v("b"), (yield "inner"), v("c")), v("d"))
     return r, s, t
-""", [N, S(2), S(5), S(7)], [N, S(2), T("ValueError")]))
+""",
+        [N, S(2), S(5), S(7)],
+        [N, S(2), T("ValueError")],
+    )
+)
 
-add(prog("expr-method-calls", V + """
+add(
+    prog(
+        "expr-method-calls",
+        V
+        + """
 class Acc:
     def __init__(self):
         self.items = []
@@ -1957,10 +2866,18 @@ def gen():
     u = (yield "s").upper()
     j = "-".join([v("x"), (yield "y")])
     return ACC.items, u, j
-""", [N, S(2), S(4), S("low"), S("z")], [N, S(2), T("KeyError")],
-    nojson="a bound method of a plain-class instance (the module-level ACC) is live across the yields"))
+""",
+        [N, S(2), S(4), S("low"), S("z")],
+        [N, S(2), T("KeyError")],
+        nojson="a bound method of a plain-class instance (the module-level ACC) is live across the yields",
+    )
+)
 
-add(prog("expr-subscripts-slices", V + """
+add(
+    prog(
+        "expr-subscripts-slices",
+        V
+        + """
 @resumable
 def gen():
     data = list(range(10))
@@ -1972,9 +2889,18 @@ def gen():
     e = m[(yield "row?")][(yield "col?")]
     g = v("abcdef")[(yield "start?"):]
     return a, b, c, e, g
-""", [N, S(8), S("k"), S(2), S(1), S(0), S(3)], [N, S(8), S("missing")], [N, S(None), S("k"), S(1), S(5)]))
+""",
+        [N, S(8), S("k"), S(2), S(1), S(0), S(3)],
+        [N, S(8), S("missing")],
+        [N, S(None), S("k"), S(1), S(5)],
+    )
+)
 
-add(prog("expr-displays", V + """
+add(
+    prog(
+        "expr-displays",
+        V
+        + """
 @resumable
 def gen():
     lst = [v(1), (yield 2), v(3), *v([4, 5]), (yield 6)]
@@ -1982,17 +2908,33 @@ def gen():
     st = {v(10), (yield 20), v(30)}
     dct = {v("k1"): (yield "v1"), (yield "k2"): v("v2"), **v({"z": 0}), "last": (yield "v3")}
     return lst, tup, sorted(st), dct
-""", [N, S("two"), S("six"), S("B"), S(25), S("V1"), S("K2"), S("V3")], [N, S(1), S(2), S(3), S([])]))
+""",
+        [N, S("two"), S("six"), S("B"), S(25), S("V1"), S("K2"), S("V3")],
+        [N, S(1), S(2), S(3), S([])],
+    )
+)
 
-add(prog("expr-fstrings", V + """
+add(
+    prog(
+        "expr-fstrings",
+        V
+        + """
 @resumable
 def gen():
     s = f"{v(1)}-{(yield 'two')!r}-{v(3):>{(yield 'width')}}|{(yield 'last')}"
     t = f"{'nested ' + f'{(yield 0)}'}"
     return s, t
-""", [N, S("b"), S(5), S("z"), S("in")], [N, S("b"), S("bad width")]))
+""",
+        [N, S("b"), S(5), S("z"), S("in")],
+        [N, S("b"), S("bad width")],
+    )
+)
 
-add(prog("expr-binary-unary", V + """
+add(
+    prog(
+        "expr-binary-unary",
+        V
+        + """
 @resumable
 def gen():
     a = v(2) * (yield 3) + -(yield 4)
@@ -2002,9 +2944,18 @@ def gen():
     e = v("s") + (yield "t") * v(2)
     g = v(7) % (yield "mod") // v(1)
     return a, b, c, d, e, g
-""", [N, S(5), S(6), S(2), S(0), S(1), S("x"), S(4)], [N, S(None)], [N, S(1), S(1), S(1), S(1), S(1), S("x"), S(0)]))
+""",
+        [N, S(5), S(6), S(2), S(0), S(1), S("x"), S(4)],
+        [N, S(None)],
+        [N, S(1), S(1), S(1), S(1), S(1), S("x"), S(0)],
+    )
+)
 
-add(prog("expr-comparisons-and-chains", V + """
+add(
+    prog(
+        "expr-comparisons-and-chains",
+        V
+        + """
 @resumable
 def gen():
     a = v(1) < (yield 2) < v(3)
@@ -2014,9 +2965,18 @@ def gen():
     e = (yield "obj?") is None
     g = v(1) <= v(2) <= (yield "third?") <= v(4)
     return a, b, c, d, e, g
-""", [N, S(2), S(1), S("xyz"), S(None), S(3)], [N, S(5), S(1), S("abc"), S(0), S(9)], [N, S("str")]))
+""",
+        [N, S(2), S(1), S("xyz"), S(None), S(3)],
+        [N, S(5), S(1), S("abc"), S(0), S(9)],
+        [N, S("str")],
+    )
+)
 
-add(prog("expr-or-and", V + """
+add(
+    prog(
+        "expr-or-and",
+        V
+        + """
 @resumable
 def gen():
     a = v(0) or (yield "a-right")
@@ -2026,9 +2986,18 @@ def gen():
     e = (yield 1) or (yield 2) and (yield 3)
     g = v(None) or v(0) or (yield "g")
     return a, b, c, d, e, g
-""", [N, S("A"), S("C"), S(0), S(1), S(0), S("G")], [N, S(""), S(""), S(5), S("g")], [N, S(""), S(1), S(0), S(0)]))
+""",
+        [N, S("A"), S("C"), S(0), S(1), S(0), S("G")],
+        [N, S(""), S(""), S(5), S("g")],
+        [N, S(""), S(1), S(0), S(0)],
+    )
+)
 
-add(prog("expr-conditional", V + """
+add(
+    prog(
+        "expr-conditional",
+        V
+        + """
 @resumable
 def gen():
     out = []
@@ -2037,18 +3006,35 @@ def gen():
         out.append(v("x") if (yield "test?") else v("y"))
         out.append((yield "n1") if (yield "t2?") else ((yield "n2") if v(flag) else "lit"))
     return out
-""", [N, S(1), S(1), S(1), S(2), S(3), S(0), S(0), S(5)], [N, S(1), S(0), S(0), S(9), T("ValueError")]))
+""",
+        [N, S(1), S(1), S(1), S(2), S(3), S(0), S(0), S(5)],
+        [N, S(1), S(0), S(0), S(9), T("ValueError")],
+    )
+)
 
-add(prog("expr-starred-and-keyword-args", V + F + """
+add(
+    prog(
+        "expr-starred-and-keyword-args",
+        V
+        + F
+        + """
 @resumable
 def gen():
     a = f(*v([1, 2]), (yield 3), *[(yield 4)], v(5))
     b = f(**v({"x": 1}), y=(yield "y"), **{"z": (yield "z")})
     c = f(v(1), k1=v("a"), k2=(yield "k2"), k3=v("c"))
     return a, b, c
-""", [N, S(3), S(4), S("Y"), S("Z"), S("K")], [N, S(3), S(4), S("Y"), T("KeyError")]))
+""",
+        [N, S(3), S(4), S("Y"), S("Z"), S("K")],
+        [N, S(3), S(4), S("Y"), T("KeyError")],
+    )
+)
 
-add(prog("expr-starred-iterated-before-yield", F + """
+add(
+    prog(
+        "expr-starred-iterated-before-yield",
+        F
+        + """
 def g(tag):
     emit((tag, "start"))
     yield 1
@@ -2061,9 +3047,17 @@ def gen():
     c = (*g("tuple"), (yield "c"))
     d = {*g("set"), (yield "d")}
     return a, b, c, sorted(d)
-""", [N, S(2), S(3), S(4), S(5)], [N, S(2), T("ValueError")]))
+""",
+        [N, S(2), S(3), S(4), S(5)],
+        [N, S(2), T("ValueError")],
+    )
+)
 
-add(prog("expr-double-starred-read-before-yield", F + """
+add(
+    prog(
+        "expr-double-starred-read-before-yield",
+        F
+        + """
 class M:
     def __init__(self, tag):
         self.tag = tag
@@ -2081,17 +3075,32 @@ def gen():
     a = f(**M("call"), other=(yield "a"))
     b = {**M("dict"), "x": (yield "b")}
     return a, b
-""", [N, S(1), S(2)], [N, T("KeyError")]))
+""",
+        [N, S(1), S(2)],
+        [N, T("KeyError")],
+    )
+)
 
-add(prog("expr-yield-inside-yield", """
+add(
+    prog(
+        "expr-yield-inside-yield",
+        """
 @resumable
 def gen():
     x = yield (yield 1)
     y = yield (yield (yield x))
     return x, y
-""", [N, S("a"), S("b"), S("c"), S("d"), S("e")], [N, S("a"), T("ValueError")]))
+""",
+        [N, S("a"), S("b"), S("c"), S("d"), S("e")],
+        [N, S("a"), T("ValueError")],
+    )
+)
 
-add(prog("expr-yield-result-attributes", V + """
+add(
+    prog(
+        "expr-yield-result-attributes",
+        V
+        + """
 @resumable
 def gen():
     a = (yield "s?").upper()
@@ -2100,9 +3109,16 @@ def gen():
     d = v(len)([(yield "x"), v("y")])
     e = (yield "obj?").missing_attribute
     return a, b, c, d, e
-""", [N, S("abc"), S(3), S([1, 2]), S("x"), S("no attr")], [N, S(5)]))
+""",
+        [N, S("abc"), S(3), S([1, 2]), S("x"), S("no attr")],
+        [N, S(5)],
+    )
+)
 
-add(prog("expr-bare-yields", """
+add(
+    prog(
+        "expr-bare-yields",
+        """
 @resumable
 def gen():
     yield
@@ -2110,9 +3126,18 @@ def gen():
     (yield)
     yield None
     return x
-""", [N, N, S(1), S(2), N, N], [N, S(None), T("KeyError")]))
+""",
+        [N, N, S(1), S(2), N, N],
+        [N, S(None), T("KeyError")],
+    )
+)
 
-add(prog("expr-throw-mid-expression", V + F + """
+add(
+    prog(
+        "expr-throw-mid-expression",
+        V
+        + F
+        + """
 @resumable
 def gen():
     try:
@@ -2121,9 +3146,17 @@ def gen():
         r = ("caught", str(e))
     s = [v("a"), {v("b"): (yield "in dict")}, v("c")]
     return r, s
-""", [N, T("ValueError", "mid"), S("d")], [N, S(2), T("KeyError")], [N, S(2), S(3)]))
+""",
+        [N, T("ValueError", "mid"), S("d")],
+        [N, S(2), T("KeyError")],
+        [N, S(2), S(3)],
+    )
+)
 
-add(prog("expr-undefined-name-after-yield", """
+add(
+    prog(
+        "expr-undefined-name-after-yield",
+        """
 @resumable
 def gen():
     try:
@@ -2131,26 +3164,45 @@ def gen():
     except NameError as e:
         r = yield str(e)
     return r + missing_too
-""", [N, N, S(1)]))
+""",
+        [N, N, S(1)],
+    )
+)
 
-add(prog("expr-yield-in-lambda-default", """
+add(
+    prog(
+        "expr-yield-in-lambda-default",
+        """
 @resumable
 def gen():
     g = lambda a=(yield 1): a
     yield 2
     return g()
-""", [N, S("x"), N], [N, S("x"), T("ValueError")]))
+""",
+        [N, S("x"), N],
+        [N, S("x"), T("ValueError")],
+    )
+)
 
-add(prog("expr-yield-in-def-default", """
+add(
+    prog(
+        "expr-yield-in-def-default",
+        """
 @resumable
 def gen():
     def h(a=(yield "default?")):
         return a
     yield "mid"
     return h()
-""", [N, S("d"), N]))
+""",
+        [N, S("d"), N],
+    )
+)
 
-add(prog("expr-yield-in-decorator", """
+add(
+    prog(
+        "expr-yield-in-decorator",
+        """
 @resumable
 def gen():
     @(yield "decorator?")
@@ -2158,17 +3210,33 @@ def gen():
         return 1
     yield ("decorated", k)
     return k
-""", [N, S(callable), N]))
+""",
+        [N, S(callable), N],
+    )
+)
 
-add(prog("expr-conditional-as-argument", V + F + """
+add(
+    prog(
+        "expr-conditional-as-argument",
+        V
+        + F
+        + """
 @resumable
 def gen():
     r = f(v(1), (yield 2) if v(True) else v(3), v(4))
     s = f(v(1), v(2) if (yield "t?") else (yield "e"), v(5))
     return r, s
-""", [N, S("two"), S(0), S("E")], [N, S("two"), S(1)]))
+""",
+        [N, S("two"), S(0), S("E")],
+        [N, S("two"), S(1)],
+    )
+)
 
-add(prog("expr-yield-from-operands", V + """
+add(
+    prog(
+        "expr-yield-from-operands",
+        V
+        + """
 @resumable
 def sub(x):
     y = yield x
@@ -2179,7 +3247,11 @@ def gen():
     r = v(1) + (yield from sub(10)) + v(3)
     s = [v("p"), (yield from sub(20)), (yield from [7, 8])]
     return r, s
-""", [N, S(5), S(6), N, N], [N, S(5), T("ValueError")]))
+""",
+        [N, S(5), S(6), N, N],
+        [N, S(5), T("ValueError")],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -2218,7 +3290,10 @@ SUB_SCRIPTS = (
 add(prog("yield-from-compiled-sub", "@resumable" + SUB_BODY, *SUB_SCRIPTS))
 add(prog("yield-from-native-sub", SUB_BODY, *SUB_SCRIPTS, nojson="a native sub-generator is live across the yields"))
 
-add(prog("yield-from-builtin-iterables", """
+add(
+    prog(
+        "yield-from-builtin-iterables",
+        """
 @resumable
 def gen():
     a = yield from [1, 2]
@@ -2231,7 +3306,10 @@ def gen():
     i = yield from []
     j = yield from iter([10])
     return a, b, c, d, e, g, h, i, j
-""", [N] * 15))
+""",
+        [N] * 15,
+    )
+)
 
 YF_SEND = """
 @resumable
@@ -2250,7 +3328,10 @@ def gen(kind):
 for kind in ("list", "str", "range", "keys"):
     add(prog(f"yield-from-{kind}-send-non-none", YF_SEND, [N, S(5), N], [N, N, S(None), N], args=(kind,)))
 
-add(prog("yield-from-sequence-throw-close", """
+add(
+    prog(
+        "yield-from-sequence-throw-close",
+        """
 @resumable
 def gen():
     try:
@@ -2262,10 +3343,18 @@ def gen():
         yield from "xy"
     finally:
         emit("finally after str delegation")
-""", [N, T("ValueError", "v"), N, N, N], [N, N, C, N], [N, T("ValueError"), N, C], [N, T("ValueError"), N,
-                                                                                    T("KeyError", "k")]))
+""",
+        [N, T("ValueError", "v"), N, N, N],
+        [N, N, C, N],
+        [N, T("ValueError"), N, C],
+        [N, T("ValueError"), N, T("KeyError", "k")],
+    )
+)
 
-add(prog("yield-from-list-in-handler-throw", """
+add(
+    prog(
+        "yield-from-list-in-handler-throw",
+        """
 @resumable
 def gen():
     try:
@@ -2275,9 +3364,16 @@ def gen():
             yield from [1, 2]
         except ValueError as e:
             yield ("context", repr(e.__context__))
-""", [N, T("ValueError", "in"), N], [N, N, N]))
+""",
+        [N, T("ValueError", "in"), N],
+        [N, N, N],
+    )
+)
 
-add(prog("yield-from-custom-iterator-stop-value", """
+add(
+    prog(
+        "yield-from-custom-iterator-stop-value",
+        """
 class It:
     def __init__(self):
         self.i = 0
@@ -2296,9 +3392,18 @@ class It:
 def gen():
     r = yield from It()
     return r
-""", [N, N, N], [N, S(1)], [N, T("ValueError")], nojson="an instance of a plain class is live across the yields"))
+""",
+        [N, N, N],
+        [N, S(1)],
+        [N, T("ValueError")],
+        nojson="an instance of a plain class is live across the yields",
+    )
+)
 
-add(prog("yield-from-custom-iterator-send-throw-close", """
+add(
+    prog(
+        "yield-from-custom-iterator-send-throw-close",
+        """
 class Echo:
     def __init__(self):
         self.n = 0
@@ -2331,10 +3436,19 @@ class Echo:
 def gen():
     r = yield from Echo()
     return r
-""", [N, S(1), T("KeyError", "k"), S(2), S(3)], [N, T("ValueError", "v")], [N, C], [N, N, S(None), N],
-    nojson="an instance of a plain class is live across the yields"))
+""",
+        [N, S(1), T("KeyError", "k"), S(2), S(3)],
+        [N, T("ValueError", "v")],
+        [N, C],
+        [N, N, S(None), N],
+        nojson="an instance of a plain class is live across the yields",
+    )
+)
 
-add(prog("yield-from-nested-chain", """
+add(
+    prog(
+        "yield-from-nested-chain",
+        """
 def leaf():
     try:
         x = yield "leaf1"
@@ -2358,10 +3472,20 @@ def gen():
     r = yield from mid()
     s = yield ("outer got", r)
     return s
-""", [N, S(1), S(2), S("end")], [N, T("KeyError"), S(3), N], [N, T("ValueError", "v"), S(4), S(5)], [N, C],
-    [N, N, C], nojson="a native generator is live across the yields"))
+""",
+        [N, S(1), S(2), S("end")],
+        [N, T("KeyError"), S(3), N],
+        [N, T("ValueError", "v"), S(4), S(5)],
+        [N, C],
+        [N, N, C],
+        nojson="a native generator is live across the yields",
+    )
+)
 
-add(prog("yield-from-compiled-chain", """
+add(
+    prog(
+        "yield-from-compiled-chain",
+        """
 @resumable
 def leaf():
     try:
@@ -2386,10 +3510,19 @@ def gen():
     r = yield from mid()
     s = yield ("outer got", r)
     return s
-""", [N, S(1), S(2), S("end")], [N, T("KeyError"), S(3), N], [N, T("ValueError", "v"), S(4), S(5)], [N, C],
-    [N, N, C]))
+""",
+        [N, S(1), S(2), S("end")],
+        [N, T("KeyError"), S(3), N],
+        [N, T("ValueError", "v"), S(4), S(5)],
+        [N, C],
+        [N, N, C],
+    )
+)
 
-add(prog("yield-from-empty-subs", """
+add(
+    prog(
+        "yield-from-empty-subs",
+        """
 @resumable
 def empty():
     if False:
@@ -2406,9 +3539,15 @@ def gen():
     b = yield from native_empty()
     c = yield from ()
     yield (a, b, c)
-""", [N, N]))
+""",
+        [N, N],
+    )
+)
 
-add(prog("yield-from-recursive", """
+add(
+    prog(
+        "yield-from-recursive",
+        """
 @resumable
 def gen(n=3):
     if n == 0:
@@ -2418,9 +3557,17 @@ def gen(n=3):
     left = yield from gen(n - 1)
     emit(("level", n, left))
     return (n, left)
-""", [N, S("bottom")], [N, T("ValueError")], [N, C]))
+""",
+        [N, S("bottom")],
+        [N, T("ValueError")],
+        [N, C],
+    )
+)
 
-add(prog("yield-from-partially-consumed", """
+add(
+    prog(
+        "yield-from-partially-consumed",
+        """
 def plain():
     yield 1
     yield 2
@@ -2434,9 +3581,16 @@ def gen():
     rest = yield from g
     again = yield from g
     return first, rest, again
-""", [N, N, N], nojson="a native generator is live across the yields"))
+""",
+        [N, N, N],
+        nojson="a native generator is live across the yields",
+    )
+)
 
-add(prog("yield-from-compiled-held-in-variable", """
+add(
+    prog(
+        "yield-from-compiled-held-in-variable",
+        """
 @resumable
 def sub():
     x = yield "s1"
@@ -2454,9 +3608,16 @@ def gen():
     except StopIteration:
         emit("sub exhausted")
     return r
-""", [N, S(1), N], [N, T("ValueError")]))
+""",
+        [N, S(1), N],
+        [N, T("ValueError")],
+    )
+)
 
-add(prog("yield-from-builtin-iterators", """
+add(
+    prog(
+        "yield-from-builtin-iterators",
+        """
 @resumable
 def gen():
     a = yield from enumerate("ab")
@@ -2464,9 +3625,16 @@ def gen():
     c = yield from map(str.upper, ["p", "q"])
     d = yield from reversed([1, 2])
     return a, b, c, d
-""", [N] * 9, [N, N, T("ValueError")]))
+""",
+        [N] * 9,
+        [N, N, T("ValueError")],
+    )
+)
 
-add(prog("yield-from-throw-generatorexit", """
+add(
+    prog(
+        "yield-from-throw-generatorexit",
+        """
 @resumable
 def sub():
     try:
@@ -2482,9 +3650,17 @@ def gen():
     except GeneratorExit:
         emit("outer saw GeneratorExit")
         yield "ignored?"
-""", [N, T0("GeneratorExit"), N], [N, C], [N, N, C]))
+""",
+        [N, T0("GeneratorExit"), N],
+        [N, C],
+        [N, N, C],
+    )
+)
 
-add(prog("yield-from-sub-raises-stopiteration", """
+add(
+    prog(
+        "yield-from-sub-raises-stopiteration",
+        """
 @resumable
 def bad():
     yield 1
@@ -2496,9 +3672,15 @@ def gen():
         yield from bad()
     except RuntimeError as e:
         yield (str(e), repr(e.__cause__))
-""", [N, N, N]))
+""",
+        [N, N, N],
+    )
+)
 
-add(prog("yield-from-sub-ignores-close", """
+add(
+    prog(
+        "yield-from-sub-ignores-close",
+        """
 @resumable
 def stubborn():
     try:
@@ -2510,9 +3692,17 @@ def stubborn():
 def gen():
     r = yield from stubborn()
     yield ("after", r)
-""", [N, C, N], [N, T("ValueError"), C], [N, N, N, N]))
+""",
+        [N, C, N],
+        [N, T("ValueError"), C],
+        [N, N, N, N],
+    )
+)
 
-add(prog("yield-from-exhausted-generator", """
+add(
+    prog(
+        "yield-from-exhausted-generator",
+        """
 @resumable
 def sub():
     yield 1
@@ -2524,9 +3714,16 @@ def gen():
     a = yield from s
     b = yield from s
     return a, b
-""", [N, N], [N, T("KeyError")]))
+""",
+        [N, N],
+        [N, T("KeyError")],
+    )
+)
 
-add(prog("yield-from-nested-resumable-closure", """
+add(
+    prog(
+        "yield-from-nested-resumable-closure",
+        """
 def make(prefix):
     @resumable
     def inner(n):
@@ -2540,9 +3737,16 @@ def make(prefix):
 def gen():
     r = yield from make("p")(2)
     yield ("mid", r)
-""", [N, S(1), S(2), N], [N, T("ValueError")]))
+""",
+        [N, S(1), S(2), N],
+        [N, T("ValueError")],
+    )
+)
 
-add(prog("yield-from-in-loop-with-break", """
+add(
+    prog(
+        "yield-from-in-loop-with-break",
+        """
 @resumable
 def sub(i):
     x = yield ("sub", i)
@@ -2557,27 +3761,52 @@ def gen():
             break
         results.append(r)
     return results
-""", [N, S(1), S(2), S("stop")], [N, S(1), S(2), S(3), S(4)], [N, S(1), T("ValueError")]))
+""",
+        [N, S(1), S(2), S("stop")],
+        [N, S(1), S(2), S(3), S(4)],
+        [N, S(1), T("ValueError")],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the generator protocol
 
-add(prog("protocol-send-non-none-unstarted", """
+add(
+    prog(
+        "protocol-send-non-none-unstarted",
+        """
 @resumable
 def gen():
     x = yield "first"
     return x
-""", [S(1), N, S(2)], [S(None), S(1)], [S(1), S(1), C, N]))
+""",
+        [S(1), N, S(2)],
+        [S(None), S(1)],
+        [S(1), S(1), C, N],
+    )
+)
 
-add(prog("protocol-send-non-none-unstarted-with-args", """
+add(
+    prog(
+        "protocol-send-non-none-unstarted-with-args",
+        """
 @resumable
 def gen(a, b=2, *rest, k="kw"):
     x = yield (a, b, rest, k)
     return a, b, x
-""", [S(1), N, S(3)], [S(1), S(2), N, N], [S("v"), C, N], args=(10, 20, 30)))
+""",
+        [S(1), N, S(3)],
+        [S(1), S(2), N, N],
+        [S("v"), C, N],
+        args=(10, 20, 30),
+    )
+)
 
-add(prog("protocol-close-states", """
+add(
+    prog(
+        "protocol-close-states",
+        """
 @resumable
 def gen():
     try:
@@ -2585,9 +3814,18 @@ def gen():
         yield 2
     finally:
         emit("finally")
-""", [C, N, C], [N, C, C, N], [N, N, N, C], [N, N, N, N]))
+""",
+        [C, N, C],
+        [N, C, C, N],
+        [N, N, N, C],
+        [N, N, N, N],
+    )
+)
 
-add(prog("protocol-throw-unstarted", """
+add(
+    prog(
+        "protocol-throw-unstarted",
+        """
 @resumable
 def gen():
     emit("started")
@@ -2595,9 +3833,18 @@ def gen():
         yield 1
     except ValueError:
         yield "caught"
-""", [T("ValueError", "early"), N], [T("StopIteration", "s"), N], [T0("GeneratorExit"), N], [N, T("ValueError"), N]))
+""",
+        [T("ValueError", "early"), N],
+        [T("StopIteration", "s"), N],
+        [T0("GeneratorExit"), N],
+        [N, T("ValueError"), N],
+    )
+)
 
-add(prog("protocol-ignored-generatorexit", """
+add(
+    prog(
+        "protocol-ignored-generatorexit",
+        """
 @resumable
 def gen():
     while True:
@@ -2605,16 +3852,30 @@ def gen():
             yield "tick"
         except GeneratorExit:
             emit("refusing")
-""", [N, C, N, C], [C, N], [N, T0("GeneratorExit"), N]))
+""",
+        [N, C, N, C],
+        [C, N],
+        [N, T0("GeneratorExit"), N],
+    )
+)
 
-add(prog("protocol-pep479-next-on-empty", """
+add(
+    prog(
+        "protocol-pep479-next-on-empty",
+        """
 @resumable
 def gen():
     yield 1
     next(iter([]))
-""", [N, N, N]))
+""",
+        [N, N, N],
+    )
+)
 
-add(prog("protocol-pep479-helper-raises", """
+add(
+    prog(
+        "protocol-pep479-helper-raises",
+        """
 def helper():
     raise StopIteration("helper")
 
@@ -2625,9 +3886,15 @@ def gen():
         helper()
     finally:
         emit("finally runs")
-""", [N, N, N]))
+""",
+        [N, N, N],
+    )
+)
 
-add(prog("protocol-pep479-caught-inside", """
+add(
+    prog(
+        "protocol-pep479-caught-inside",
+        """
 @resumable
 def gen():
     try:
@@ -2636,7 +3903,10 @@ def gen():
     except StopIteration as e:
         yield ("caught inside", str(e))
     raise StopIteration
-""", [N, N, N]))
+""",
+        [N, N, N],
+    )
+)
 
 STOP_VALUE = """
 @resumable
@@ -2653,14 +3923,24 @@ def gen(kind):
 for kind in range(4):
     add(prog(f"protocol-stopiteration-value-{kind}", STOP_VALUE, [N, N, S("m"), N], args=(kind,)))
 
-add(prog("protocol-after-exhaustion", """
+add(
+    prog(
+        "protocol-after-exhaustion",
+        """
 @resumable
 def gen():
     yield 1
     return "done"
-""", [N, N, N, S(1), T("ValueError", "after"), C, N], [N, T("KeyError"), N, C, T("KeyError")]))
+""",
+        [N, N, N, S(1), T("ValueError", "after"), C, N],
+        [N, T("KeyError"), N, C, T("KeyError")],
+    )
+)
 
-add(prog("protocol-throw-stopiteration-suspended", """
+add(
+    prog(
+        "protocol-throw-stopiteration-suspended",
+        """
 @resumable
 def gen():
     try:
@@ -2668,18 +3948,33 @@ def gen():
     except StopIteration as e:
         yield ("caught stop", str(e))
     yield 2
-""", [N, T("StopIteration", "s"), N, N], [N, N, T("StopIteration", "t")]))
+""",
+        [N, T("StopIteration", "s"), N, N],
+        [N, N, T("StopIteration", "t")],
+    )
+)
 
-add(prog("protocol-close-raises-other", """
+add(
+    prog(
+        "protocol-close-raises-other",
+        """
 @resumable
 def gen():
     try:
         yield 1
     finally:
         raise ValueError("from finally")
-""", [N, C, N], [N, T("KeyError"), N], [C]))
+""",
+        [N, C, N],
+        [N, T("KeyError"), N],
+        [C],
+    )
+)
 
-add(prog("protocol-close-returns-in-except", """
+add(
+    prog(
+        "protocol-close-returns-in-except",
+        """
 @resumable
 def gen():
     try:
@@ -2687,18 +3982,32 @@ def gen():
     except GeneratorExit:
         return "ret on close"
     yield 2
-""", [N, C, N], [N, N, C]))
+""",
+        [N, C, N],
+        [N, N, C],
+    )
+)
 
-add(prog("protocol-throw-makes-return", """
+add(
+    prog(
+        "protocol-throw-makes-return",
+        """
 @resumable
 def gen():
     try:
         yield 1
     except ValueError:
         return "returned after throw"
-""", [N, T("ValueError")], [N, T("KeyError")]))
+""",
+        [N, T("ValueError")],
+        [N, T("KeyError")],
+    )
+)
 
-add(prog("protocol-throw-base-exceptions", """
+add(
+    prog(
+        "protocol-throw-base-exceptions",
+        """
 @resumable
 def gen():
     try:
@@ -2708,18 +4017,34 @@ def gen():
     except BaseException as e:
         yield ("base", type(e).__name__, e.args)
         raise
-""", [N, T0("ValueError")], [N, ("throw", "SystemExit", 3), N], [N, T0("KeyboardInterrupt"), N]))
+""",
+        [N, T0("ValueError")],
+        [N, ("throw", "SystemExit", 3), N],
+        [N, T0("KeyboardInterrupt"), N],
+    )
+)
 
-add(prog("protocol-send-values", """
+add(
+    prog(
+        "protocol-send-values",
+        """
 @resumable
 def gen():
     got = []
     while len(got) < 5:
         got.append((yield len(got)))
     return got
-""", [N, S(None), S((1, 2)), S([3, [4]]), S({"k": None}), S(1.5)]))
+""",
+        [N, S(None), S((1, 2)), S([3, [4]]), S({"k": None}), S(1.5)],
+    )
+)
 
-add(prog("protocol-throw-at-every-yield-kind", V + F + """
+add(
+    prog(
+        "protocol-throw-at-every-yield-kind",
+        V
+        + F
+        + """
 @resumable
 def sub():
     yield "sub"
@@ -2754,7 +4079,12 @@ def gen():
         except ValueError:
             emit("finally")
     return "end"
-""", [N] + [T("ValueError")] * 6, [N] * 7, [N, N, N, C]))
+""",
+        [N] + [T("ValueError")] * 6,
+        [N] * 7,
+        [N, N, N, C],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -2770,16 +4100,28 @@ def inner():
         emit("inner closed")
 """
 
-add(prog("lifetime-for-iterator-after-break", INNER + """
+add(
+    prog(
+        "lifetime-for-iterator-after-break",
+        INNER
+        + """
 @resumable
 def gen():
     for x in inner():
         yield x
         break
     yield "after loop"
-""", [N, N, N], modes=LIFETIME_MODES))
+""",
+        [N, N, N],
+        modes=LIFETIME_MODES,
+    )
+)
 
-add(prog("lifetime-for-iterator-after-exception", INNER + """
+add(
+    prog(
+        "lifetime-for-iterator-after-exception",
+        INNER
+        + """
 @resumable
 def gen():
     try:
@@ -2789,9 +4131,18 @@ def gen():
     except ValueError:
         yield "caught"
     yield "end"
-""", [N, N, N], [N, T("KeyError")], modes=LIFETIME_MODES))
+""",
+        [N, N, N],
+        [N, T("KeyError")],
+        modes=LIFETIME_MODES,
+    )
+)
 
-add(prog("lifetime-spilled-argument", INNER + """
+add(
+    prog(
+        "lifetime-spilled-argument",
+        INNER
+        + """
 def take_one(it, extra):
     emit(("take", next(it), extra))
 
@@ -2799,20 +4150,35 @@ def take_one(it, extra):
 def gen():
     take_one(inner(), (yield "extra?"))
     yield "after call"
-""", [N, S(1), N], modes=LIFETIME_MODES))
+""",
+        [N, S(1), N],
+        modes=LIFETIME_MODES,
+    )
+)
 
-add(prog("lifetime-yield-from-finished", INNER + """
+add(
+    prog(
+        "lifetime-yield-from-finished",
+        INNER
+        + """
 @resumable
 def gen():
     r = yield from inner()
     yield ("after", r)
-""", [N, N, N, N], modes=LIFETIME_MODES))
+""",
+        [N, N, N, N],
+        modes=LIFETIME_MODES,
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # source forms: one-line suites, one-line bodies, expressions over several lines, docstrings
 
-add(prog("form-one-line-suites", """
+add(
+    prog(
+        "form-one-line-suites",
+        """
 @resumable
 def gen(n=2):
     if n: x = yield 1
@@ -2824,14 +4190,28 @@ def gen(n=2):
     finally: yield "f"
     y = yield 3; z = yield 4
     return x, y, z
-""", [N, *[S(i) for i in range(12)]], [N, N, N, N, N, T("ValueError"), N, N, N]))
+""",
+        [N, *[S(i) for i in range(12)]],
+        [N, N, N, N, N, T("ValueError"), N, N, N],
+    )
+)
 
-add(prog("form-one-line-body", """
+add(
+    prog(
+        "form-one-line-body",
+        """
 @resumable
 def gen(): x = yield 1; yield ("got", x)
-""", [N, S(2), N], [N, T("KeyError")]))
+""",
+        [N, S(2), N],
+        [N, T("KeyError")],
+    )
+)
 
-add(prog("form-multi-line-expressions", """
+add(
+    prog(
+        "form-multi-line-expressions",
+        """
 def f(*a):
     return a
 
@@ -2851,31 +4231,50 @@ def gen():
         *[(yield 3)],
     ) if True else None
     return x, y, z
-""", [N, S("a"), S("b"), S("c"), S("d")]))
+""",
+        [N, S("a"), S("b"), S("c"), S("d")],
+    )
+)
 
-add(prog("form-docstring-and-attributes", """
+add(
+    prog(
+        "form-docstring-and-attributes",
+        """
 @resumable
 def gen(a, b=2):
     \"\"\"A docstring.\"\"\"
     x = yield (gen.__doc__, gen.__name__, gen.__qualname__, gen.__defaults__)
     return x
-""", [N, S(1)], args=(1,)))
+""",
+        [N, S(1)],
+        args=(1,),
+    )
+)
 
-add(prog("fstring-debug-specifier", """
+add(
+    prog(
+        "fstring-debug-specifier",
+        """
 @resumable
 def gen():
     s = f"{(yield 'x')=}"
     t = f"{1 + 1=} {(yield 'y')!r:>5}"
     u = f"{len('ab') = } and {(yield 'z') = !s}"
     return s, t, u
-""", [N, S("a"), S("b"), S("c")]))
+""",
+        [N, S("a"), S("b"), S("c")],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # names: the compiled code must not depend on names the program may rebind (builtins the
 # generated code calls), and must not add names the program can see
 
-add(prog("names-module-shadows-iter", """
+add(
+    prog(
+        "names-module-shadows-iter",
+        """
 def iter(x):
     emit("module-level iter called")
     return x
@@ -2885,17 +4284,29 @@ def gen():
     for i in [1, 2]:
         yield i
     return "end"
-""", [N, N, N]))
+""",
+        [N, N, N],
+    )
+)
 
-add(prog("names-local-shadows-iter", """
+add(
+    prog(
+        "names-local-shadows-iter",
+        """
 @resumable
 def gen():
     iter = list
     for x in "ab":
         yield (x, iter("cd"))
-""", [N, N, N]))
+""",
+        [N, N, N],
+    )
+)
 
-add(prog("names-module-shadows-str", """
+add(
+    prog(
+        "names-module-shadows-str",
+        """
 str = "not a type"
 
 @resumable
@@ -2909,9 +4320,15 @@ def gen():
         finally:
             yield ("fin", i)
     return "end"
-""", [N, N, N, N]))
+""",
+        [N, N, N, N],
+    )
+)
 
-add(prog("names-local-shadows-baseexception", """
+add(
+    prog(
+        "names-local-shadows-baseexception",
+        """
 @resumable
 def gen():
     BaseException = ValueError
@@ -2920,18 +4337,31 @@ def gen():
     finally:
         yield 2
     yield BaseException.__name__
-""", [N, T0("KeyError"), N], [N, N, N, N]))
+""",
+        [N, T0("KeyError"), N],
+        [N, N, N, N],
+    )
+)
 
-add(prog("names-locals-and-vars", """
+add(
+    prog(
+        "names-locals-and-vars",
+        """
 @resumable
 def gen():
     a = 1
     yield sorted(locals())
     b = yield "b"
     return sorted(locals()), sorted(vars()), len(locals())
-""", [N, N, S(2)]))
+""",
+        [N, N, S(2)],
+    )
+)
 
-add(prog("names-mangled-in-method", """
+add(
+    prog(
+        "names-mangled-in-method",
+        """
 from dataclasses import dataclass
 
 @dataclass
@@ -2946,9 +4376,16 @@ class C:
         return self.x
 
 gen = C().method
-""", [N, S(7), N], args=(5,)))
+""",
+        [N, S(7), N],
+        args=(5,),
+    )
+)
 
-add(prog("names-zero-argument-super", """
+add(
+    prog(
+        "names-zero-argument-super",
+        """
 from dataclasses import dataclass
 
 @dataclass
@@ -2966,9 +4403,15 @@ class Child(Base):
         yield (got, super().describe(), __class__.__name__)
 
 gen = Child().steps
-""", [N, S(1), N]))
+""",
+        [N, S(1), N],
+    )
+)
 
-add(prog("names-staticmethod-classmethod", """
+add(
+    prog(
+        "names-staticmethod-classmethod",
+        """
 class K:
     @staticmethod
     @resumable
@@ -2986,9 +4429,16 @@ class K:
 
 def gen(n):
     return K.run(n) if n % 2 else K.make(n)
-""", [N, S(1), S(2)], args=(2,)))
+""",
+        [N, S(1), S(2)],
+        args=(2,),
+    )
+)
 
-add(prog("names-nonlocal-in-enclosing-function", """
+add(
+    prog(
+        "names-nonlocal-in-enclosing-function",
+        """
 def outer():
     count = 0
     @resumable
@@ -3005,20 +4455,34 @@ def outer():
     return gen
 
 gen = outer()
-""", [N, S(1), S(0), N], [N, T("ValueError")], args=(1,),
-    nojson="peek, a plain function of the enclosing scope, is live across the yields (and a JSON resume "
-    "cannot share the cell of `count` with it)"))
+""",
+        [N, S(1), S(0), N],
+        [N, T("ValueError")],
+        args=(1,),
+        nojson="peek, a plain function of the enclosing scope, is live across the yields (and a JSON resume "
+        "cannot share the cell of `count` with it)",
+    )
+)
 
-add(prog("names-walrus-in-comprehension-binds-local", """
+add(
+    prog(
+        "names-walrus-in-comprehension-binds-local",
+        """
 @resumable
 def gen():
     total = [last := v for v in range(3)]
     got = yield last
     more = [last := got + v for v in range(2)]
     yield (last, total, more)
-""", [N, S(5), N]))
+""",
+        [N, S(5), N],
+    )
+)
 
-add(prog("names-class-body-reads-locals", """
+add(
+    prog(
+        "names-class-body-reads-locals",
+        """
 @resumable
 def gen():
     base = yield "base?"
@@ -3027,13 +4491,20 @@ def gen():
         items = [base + i for i in range(2)]
     got = yield (K.value, K.items)
     return got
-""", [N, S(3), S(4)], nojson="a class defined in the generator is live across the yield"))
+""",
+        [N, S(3), S(4)],
+        nojson="a class defined in the generator is live across the yield",
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # introspection a program can do on itself: frames, line numbers, qualified names, tracebacks
 
-add(prog("introspect-frame-line-numbers", """
+add(
+    prog(
+        "introspect-frame-line-numbers",
+        """
 import sys
 
 def here():
@@ -3053,9 +4524,15 @@ def gen():
     except ValueError:
         yield here()
     return here(), c
-""", [N, S(1), S(2), N, N, N, N]))
+""",
+        [N, S(1), S(2), N, N, N, N],
+    )
+)
 
-add(prog("introspect-own-frame", """
+add(
+    prog(
+        "introspect-own-frame",
+        """
 import sys
 
 @resumable
@@ -3065,9 +4542,15 @@ def gen():
     yield sys._getframe().f_lineno
     del f
     yield sys._getframe().f_code.co_name
-""", [N, N, N, N]))
+""",
+        [N, N, N, N],
+    )
+)
 
-add(prog("introspect-qualnames-of-nested-definitions", """
+add(
+    prog(
+        "introspect-qualnames-of-nested-definitions",
+        """
 @resumable
 def gen():
     def helper():
@@ -3077,9 +4560,16 @@ def gen():
     yield (helper.__qualname__, K.__qualname__, (lambda: 0).__qualname__)
     g = (x for x in range(1))
     yield (g.__qualname__, helper.__code__.co_firstlineno)
-""", [N, N], nojson="a nested class and a generator expression are live across the yields"))
+""",
+        [N, N],
+        nojson="a nested class and a generator expression are live across the yields",
+    )
+)
 
-add(prog("introspect-traceback-of-handled-exception", """
+add(
+    prog(
+        "introspect-traceback-of-handled-exception",
+        """
 import traceback
 
 @resumable
@@ -3089,13 +4579,20 @@ def gen():
     except ValueError as e:
         yield e.__traceback__.tb_lineno
         yield [frame.lineno for frame in traceback.extract_tb(e.__traceback__)]
-""", [N, N, N], nojson="codec.py: exceptions lose their traceback in a JSON snapshot"))
+""",
+        [N, N, N],
+        nojson="codec.py: exceptions lose their traceback in a JSON snapshot",
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # nesting: CPython allows 20 statically nested blocks; the compiled code must not need more than the source
 
-add(prog("nesting-eight-loops-two-finally", """
+add(
+    prog(
+        "nesting-eight-loops-two-finally",
+        """
 @resumable
 def gen():
     for a in range(1):
@@ -3113,9 +4610,15 @@ def gen():
                                             yield 2
                                     finally:
                                         yield 3
-""", [N, N, N, N]))
+""",
+        [N, N, N, N],
+    )
+)
 
-add(prog("nesting-eleven-try-finally", """
+add(
+    prog(
+        "nesting-eleven-try-finally",
+        """
 @resumable
 def gen():
     try:
@@ -3149,13 +4652,20 @@ def gen():
             yield 10
     finally:
         yield 11
-""", [N] * 12, [N, N, N, C]))
+""",
+        [N] * 12,
+        [N, N, N, C],
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # more statement and expression combinations
 
-add(prog("combo-with-return-continue-raise-in-yielding-finally", """
+add(
+    prog(
+        "combo-with-return-continue-raise-in-yielding-finally",
+        """
 class CM:
     def __init__(self, tag):
         self.tag = tag
@@ -3179,9 +4689,16 @@ def gen():
         finally:
             yield ("fin", i)
     return "end"
-""", [N, N, N, N], [N, T("ValueError")]))
+""",
+        [N, N, N, N],
+        [N, T("ValueError")],
+    )
+)
 
-add(prog("combo-loop-in-finally-with-pending-exception", """
+add(
+    prog(
+        "combo-loop-in-finally-with-pending-exception",
+        """
 @resumable
 def gen():
     try:
@@ -3197,9 +4714,17 @@ def gen():
             emit(("after", i))
         else:
             emit("loop else")
-""", [N, N, S("cont"), N, N, N], [N, N, S("brk"), N], [N, T("KeyError"), T("IndexError")]))
+""",
+        [N, N, S("cont"), N, N, N],
+        [N, N, S("brk"), N],
+        [N, T("KeyError"), T("IndexError")],
+    )
+)
 
-add(prog("combo-nested-function-returns-inside-yielding-finally", """
+add(
+    prog(
+        "combo-nested-function-returns-inside-yielding-finally",
+        """
 @resumable
 def gen():
     for i in range(3):
@@ -3216,9 +4741,15 @@ def gen():
         finally:
             got = yield ("fin", i, r)
     return got
-""", [N, N, N, S("x")]))
+""",
+        [N, N, N, S("x")],
+    )
+)
 
-add(prog("combo-yield-from-non-iterables", """
+add(
+    prog(
+        "combo-yield-from-non-iterables",
+        """
 @resumable
 def gen():
     try:
@@ -3227,9 +4758,16 @@ def gen():
         yield str(e)
     x = yield from (yield "iterable?")
     return x
-""", [N, N, S([1, 2]), N, N], [N, N, S(None)]))
+""",
+        [N, N, S([1, 2]), N, N],
+        [N, N, S(None)],
+    )
+)
 
-add(prog("combo-augmented-and-returned-yield-from", """
+add(
+    prog(
+        "combo-augmented-and-returned-yield-from",
+        """
 @resumable
 def sub():
     x = yield "s"
@@ -3240,9 +4778,16 @@ def gen():
     total = 10
     total += yield from sub()
     return (yield from sub()), total
-""", [N, S(1), S(2)], [N, S("str")]))
+""",
+        [N, S(1), S(2)],
+        [N, S("str")],
+    )
+)
 
-add(prog("combo-tuple-subscripts-and-slices", """
+add(
+    prog(
+        "combo-tuple-subscripts-and-slices",
+        """
 @resumable
 def gen():
     m = {(1, 2): "a", (3, 4): "b"}
@@ -3250,18 +4795,32 @@ def gen():
     grid = [[0, 1], [2, 3]]
     b = grid[(yield "r")][(yield "c"):]
     return a, b
-""", [N, S(1), S(2), S(1), S(0)], [N, S(3), S(3)]))
+""",
+        [N, S(1), S(2), S(1), S(0)],
+        [N, S(3), S(3)],
+    )
+)
 
-add(prog("combo-membership-and-identity-chains", """
+add(
+    prog(
+        "combo-membership-and-identity-chains",
+        """
 @resumable
 def gen():
     a = 1 in (yield "c1") not in (yield "c2")
     b = (yield "x") is not None is not (yield "y")
     c = not (yield "n") in [1, 2]
     return a, b, c
-""", [N, S([1]), S([2]), S(None), S(1), S(3)], [N, S([0]), S(1), S(2), S(None)]))
+""",
+        [N, S([1]), S([2]), S(None), S(1), S(3)],
+        [N, S([0]), S(1), S(2), S(None)],
+    )
+)
 
-add(prog("combo-keyword-unpacking-and-genexp-argument", """
+add(
+    prog(
+        "combo-keyword-unpacking-and-genexp-argument",
+        """
 def f(*args, **kwargs):
     emit(("f", len(args), sorted(kwargs.items())))
     return sum(args[0]) if args else 0
@@ -3271,18 +4830,31 @@ def gen():
     r = f(a=(yield 1), **(yield 2))
     s = f(x for x in (yield 3))
     return r, s
-""", [N, S(1), S({"k": 2}), S([1, 2])], [N, S(1), S({"b": 2}), S(())]))
+""",
+        [N, S(1), S({"k": 2}), S([1, 2])],
+        [N, S(1), S({"b": 2}), S(())],
+    )
+)
 
-add(prog("combo-defaults-with-yields", """
+add(
+    prog(
+        "combo-defaults-with-yields",
+        """
 @resumable
 def gen():
     def h(a, b=(yield "b?"), *, c=(yield "c?")):
         return a, b, c
     k = lambda x=(yield "x?"): x
     yield (h(0), k())
-""", [N, S(1), S(2), S(3), N]))
+""",
+        [N, S(1), S(2), S(3), N],
+    )
+)
 
-add(prog("combo-generator-lambda-inside", """
+add(
+    prog(
+        "combo-generator-lambda-inside",
+        """
 @resumable
 def gen():
     g = lambda: (yield 5)
@@ -3290,7 +4862,11 @@ def gen():
     first = next(inner)
     x = yield first
     return list(g()), x
-""", [N, S(1)], nojson="a native generator (from the lambda) is live across the yield"))
+""",
+        [N, S(1)],
+        nojson="a native generator (from the lambda) is live across the yield",
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

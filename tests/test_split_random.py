@@ -19,10 +19,9 @@ import importlib.util
 import os
 
 import pytest
+from differential import check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from differential import check
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
 if importlib.util.find_spec("branchc.runtime.snapshot") is not None:
@@ -35,7 +34,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 # `out` wraps emit: `emit` itself is the harness's bound list.append, and a yield inside the
 # arguments makes the callee a value computed before the yield, which a JSON snapshot would copy
 # (with its list); a module-level function travels by name.
-PRELUDE = '''
+PRELUDE = """
 def out(x):
     emit(x)
 
@@ -46,11 +45,11 @@ def v(x):
 def f(*args):
     emit(("f",) + args)
     return len(args)
-'''
+"""
 
 # The compiled helper a program may delegate to: yields in a loop, a handler that returns,
 # a finally, and a return value; included only when the program uses it.
-HELPER = '''
+HELPER = """
 @resumable
 def helper(n):
     total = 0
@@ -65,7 +64,7 @@ def helper(n):
     finally:
         emit(("helper finally", n))
     return total
-'''
+"""
 
 NAMES = ("a", "b", "c")
 RAISED = ("ValueError", "KeyError", "RuntimeError")
@@ -105,8 +104,22 @@ class _Writer:
         if depth >= 2 or self.chance(25):
             return self.num_atom()
         kind = self.pick(
-            ("yield", "yield", "yield", "call", "v", "binop", "binop", "or", "and", "ifexp", "compare", "neg", "not",
-             "subscript")
+            (
+                "yield",
+                "yield",
+                "yield",
+                "call",
+                "v",
+                "binop",
+                "binop",
+                "or",
+                "and",
+                "ifexp",
+                "compare",
+                "neg",
+                "not",
+                "subscript",
+            )
         )
         n = lambda: self.num(depth + 1)  # noqa: E731
         if kind == "yield":
@@ -148,7 +161,7 @@ class _Writer:
             return f"v({x()})"
         if kind == "fstring" and not self.in_fstring:  # 3.11: an f-string cannot nest its own quotes
             self.in_fstring = True
-            text = f'f"{{{x()}!r}}-{{{self.num(depth + 1)}}}"'
+            text = f'f"{{ {x()}!r}}-{{ {self.num(depth + 1)} }}"'
             self.in_fstring = False
             return text
         if kind == "fstring":
@@ -185,8 +198,18 @@ class _Writer:
 
     def statement(self, depth: int, ctx: frozenset[str]) -> list[str]:
         self.statements += 1
-        kinds = ["emit", "assign", "augassign", "yield", "yield", "yield-assign", "yield-assign", "yield-from", "raise",
-                 "del"]
+        kinds = [
+            "emit",
+            "assign",
+            "augassign",
+            "yield",
+            "yield",
+            "yield-assign",
+            "yield-assign",
+            "yield-from",
+            "raise",
+            "del",
+        ]
         if depth < 3 and self.statements < self.max_statements:
             kinds += ["if", "for", "while", "try", "try"]
         if "loop" in ctx:
@@ -294,8 +317,14 @@ class _Writer:
 
     def program(self) -> str:
         # The last yield makes every program a generator, even when the drawn body has no yield.
-        body = ["b = 0", "c = 1", "r = None", *self.block(0, frozenset()), "c = yield ('last', a, b, c, r)",
-                "return (a, b, c)"]
+        body = [
+            "b = 0",
+            "c = 1",
+            "r = None",
+            *self.block(0, frozenset()),
+            "c = yield ('last', a, b, c, r)",
+            "return (a, b, c)",
+        ]
         parts = [PRELUDE]
         if self.uses_helper:
             parts.append(HELPER)
