@@ -4498,6 +4498,54 @@ def gen():
 )
 
 
+add(
+    prog(
+        "names-exception-variable-captured-by-closure",
+        """
+@resumable
+def gen():
+    try:
+        raise ValueError("v")
+    except ValueError as e:
+        show = lambda: repr(e)
+        got = yield show()
+        yield (got, show(), [str(e) for _ in range(1)])
+    return "end"
+""",
+        [N, S(1), N, N],
+        [N, T("KeyError")],
+    )
+)
+
+add(
+    prog(
+        "names-global-and-nonlocal-loop-targets",
+        """
+g = "initial"
+
+def outer():
+    x = None
+    @resumable
+    def inner():
+        nonlocal x
+        for x in "ab":
+            got = yield x
+        return x, got
+    return inner
+
+@resumable
+def gen():
+    global g
+    for g in range(2):
+        yield g
+    yield ("after", g)
+    r = yield from outer()()
+    return g, r
+""",
+        [N, N, N, N, S(1), S(2)],
+    )
+)
+
 # ---------------------------------------------------------------------------------------------------------------------
 # introspection a program can do on itself: frames, line numbers, qualified names, tracebacks
 
@@ -4544,6 +4592,7 @@ def gen():
     yield sys._getframe().f_code.co_name
 """,
         [N, N, N, N],
+        nojson="a frame object is live across the yields",
     )
 )
 

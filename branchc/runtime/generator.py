@@ -8,6 +8,7 @@ native generator's own `send` / `throw` / `close` (bound once, no extra frame), 
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import inspect
 import itertools
@@ -35,6 +36,13 @@ __all__ = [
 ]
 
 SNAPSHOT_VERSION = 1
+
+# Compiled code names builtins through this module, so a program that rebinds `iter` or `str`
+# changes only its own code, as it would natively.
+iter = builtins.iter
+str = builtins.str
+BaseException = builtins.BaseException
+NameError = builtins.NameError
 
 
 class _Unbound:

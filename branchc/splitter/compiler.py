@@ -390,6 +390,24 @@ class _Splitter(cst.CSTTransformer):
                 parts.append("<locals>")
         return ".".join([*parts, name])
 
+    def expand_suites(self, node: cst.FunctionDef) -> cst.FunctionDef:
+        """`if x: a = yield 1` and `def f(): yield 1`: give every one-line body a block of its own."""
+        if "SimpleStatementSuite" not in {type(n).__name__ for n in _suites(node)}:
+            return node
+        origin = self.origin
+
+        class Expand(cst.CSTTransformer):
+            def on_leave(self, original, updated):
+                result = super().on_leave(original, updated)
+                if isinstance(result, cst.CSTNode):
+                    origin.setdefault(result, origin.get(original, original))
+                return result
+
+            def leave_SimpleStatementSuite(self, original, updated):
+                return cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[small]) for small in updated.body])
+
+        return node.visit(Expand())
+
     def source_text(self, node: cst.FunctionDef) -> str | None:
         where = self.reporter.positions.get(node)
         if where is None:
@@ -438,7 +456,8 @@ class _Splitter(cst.CSTTransformer):
                 "write it as a plain `def` that yields effects",
             )
             return node
-        statements = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else [node.body]
+        node = self.expand_suites(node)
+        statements = list(node.body.body)
         docstring: list[cst.BaseStatement] = []
         if statements and _is_docstring(statements[0]):
             docstring, statements = statements[:1], statements[1:]
@@ -488,6 +507,8 @@ class _Splitter(cst.CSTTransformer):
         compiled.restorable = restorable
         live, captured = live_variables(lowered, lowerer.yield_nodes)
         keep = set(restorable)
+        if params and (text is None or "super" in text):
+            captured = captured | {params[0]}  # zero-argument super() reads the first argument implicitly
         for site in lowerer.sites:
             names = set(live.get(site.label, ())) | (captured & keep)
             names |= set(lowerer.pending_vars.get(site.label, ()))
@@ -506,7 +527,7 @@ class _Splitter(cst.CSTTransformer):
         body_def = cst.FunctionDef(
             name=cst.Name(f"{PREFIX}body"),
             params=body_params,
-            body=block([*declarations, *_prologue(restorable), *lowered]),
+            body=block([*declarations, *_prologue(restorable, body_args), *lowered]),
         )
         unbound = sorted(captured_names - set(params))
         if unbound:  # bound nowhere in the public function yet: make them its (empty) cells
@@ -561,15 +582,40 @@ class _Handles(cst.CSTVisitor):
             self.found.append((node, target, f"a native generator ({callee}(...))", hint))
 
 
-def _prologue(restorable: list[str]) -> list[cst.BaseStatement]:
-    """Resuming: take the label to reach and restore each saved variable (unsaved ones stay unbound)."""
+def _prologue(restorable: list[str], params: list[str]) -> list[cst.BaseStatement]:
+    """Resuming: take the label to reach and restore each saved variable (unsaved ones stay unbound;
+    a parameter that was not saved is unbound again, as it was when the snapshot was taken)."""
     lines = ["    _bc_T, _bc_L = _bc_R.label, _bc_R.values\n"]
-    lines += [f"    if {n!r} in _bc_L: {n} = _bc_L[{n!r}]\n" for n in restorable]
+    for n in restorable:
+        if n in params:
+            lines.append(f"    if {n!r} in _bc_L:\n        {n} = _bc_L[{n!r}]\n    else:\n        del {n}\n")
+        else:
+            lines.append(f"    if {n!r} in _bc_L: {n} = _bc_L[{n!r}]\n")
     lines.append("    _bc_L = None\n")
     return [
         cst.parse_statement("_bc_T = 0\n"),
         cst.parse_statement("if _bc_R is not None:\n" + "".join(lines)),
     ]
+
+
+def _suites(node: cst.CSTNode):
+    """The bodies of `node` and of the statements in it (not inside expressions)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        body = getattr(current, "body", None)
+        if isinstance(body, cst.SimpleStatementSuite):
+            yield body
+        elif isinstance(body, cst.IndentedBlock):
+            stack.extend(body.body)
+        elif isinstance(body, (list, tuple)):
+            stack.extend(body)
+        for part in ("orelse", "handlers", "finalbody", "cases"):
+            value = getattr(current, part, None)
+            if isinstance(value, (list, tuple)):
+                stack.extend(value)
+            elif value is not None:
+                stack.append(value)
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:

@@ -220,7 +220,7 @@ class Lowerer:
             source = expr(f"{{e}} if not {T} else ()", e=paren(node.iter))
             loop = node.with_changes(iter=source, body=block(new_body), orelse=orelse)
             return self.guard(lo, hi, [loop], node)
-        setup = if_stmt(expr(f"not {T}"), [assign(iterator, expr("iter({e})", e=node.iter))])
+        setup = if_stmt(expr(f"not {T}"), [assign(iterator, expr("_bc_rt.iter({e})", e=node.iter))])
         release = cst.Finally(body=block([assign(iterator, name("None"))]))  # as CPython drops it on exit
         # resuming into the body: one dummy step re-enters it; into `else`: the loop had ended
         source = expr(
@@ -270,7 +270,7 @@ class Lowerer:
                 reenter.append(
                     stmt(
                         f"try:\n    _bc_hv{ident}_{variable} = {variable}\n"
-                        f"except NameError:\n    _bc_hv{ident}_{variable} = _bc_rt.UNBOUND\n"
+                        f"except _bc_rt.NameError:\n    _bc_hv{ident}_{variable} = _bc_rt.UNBOUND\n"
                     )
                 )
                 self.names.add(f"_bc_hv{ident}_{variable}")
@@ -291,7 +291,7 @@ class Lowerer:
         else:
             outer_body += inner_body
         record = cst.ExceptHandler(
-            type=name("BaseException"),
+            type=expr("_bc_rt.BaseException"),
             name=cst.AsName(name=name("_bc_x")),
             body=block(
                 [
@@ -324,7 +324,7 @@ class Lowerer:
                 else:
                     action = self.completion(kind, None)
                 branches.append(if_stmt(expr(f"{pend} == '{kind}'"), action))
-        return [if_stmt(expr(f"{pend}.__class__ is str"), branches, [reraise])]
+        return [if_stmt(expr(f"{pend}.__class__ is _bc_rt.str"), branches, [reraise])]
 
     def handler(self, handler: cst.ExceptHandler, exc: str, ctx: str, ident: int) -> cst.ExceptHandler:
         statements = list(handler.body.body)
@@ -354,7 +354,7 @@ class Lowerer:
             count = count_yields(list(source.body.body))
             if handler.type is not None:
                 if count:
-                    chosen = expr("BaseException if {rng} else ()", rng=in_range(label, label + count - 1))
+                    chosen = expr("_bc_rt.BaseException if {rng} else ()", rng=in_range(label, label + count - 1))
                 else:
                     chosen = expr("()")
                 handler = handler.with_changes(
