@@ -4355,6 +4355,10 @@ def gen():
     return sorted(locals()), sorted(vars()), len(locals())
 """,
         [N, N, S(2)],
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="known difference: locals() and vars() in compiled code also show its internal variables",
+        ),
     )
 )
 
@@ -4574,6 +4578,10 @@ def gen():
     return here(), c
 """,
         [N, S(1), S(2), N, N, N, N],
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="known difference: frame.f_lineno inside compiled code is mapped to the source only approximately",
+        ),
     )
 )
 
@@ -4593,6 +4601,10 @@ def gen():
 """,
         [N, N, N, N],
         nojson="a frame object is live across the yields",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="known difference: frame.f_lineno inside compiled code is mapped to the source only approximately",
+        ),
     )
 )
 
@@ -4631,6 +4643,10 @@ def gen():
 """,
         [N, N, N],
         nojson="codec.py: exceptions lose their traceback in a JSON snapshot",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="known difference: re-entering a handler on resume adds a traceback entry to its exception",
+        ),
     )
 )
 
@@ -4661,6 +4677,9 @@ def gen():
                                         yield 3
 """,
         [N, N, N, N],
+        marks=pytest.mark.xfail(
+            strict=True, reason="known limit: each try whose finally yields uses two of CPython's 20 static blocks"
+        ),
     )
 )
 
@@ -4704,6 +4723,9 @@ def gen():
 """,
         [N] * 12,
         [N, N, N, C],
+        marks=pytest.mark.xfail(
+            strict=True, reason="known limit: each try whose finally yields uses two of CPython's 20 static blocks"
+        ),
     )
 )
 

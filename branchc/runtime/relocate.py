@@ -68,7 +68,14 @@ def _is_body(code: types.CodeType) -> bool:
 def _rename_bodies(code: types.CodeType, owner: types.CodeType | None = None) -> types.CodeType:
     """Each body takes its function's name, so a traceback reads `in analyze`, not `in _bc_body`;
     what is defined inside it gets the qualified name it has natively."""
-    consts = tuple(_rename_bodies(c, code) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    consts = tuple(
+        _rename_bodies(c, code)
+        if isinstance(c, types.CodeType)
+        else c.replace("._bc_body.<locals>.", ".", 1)  # a class's __qualname__ is a constant of its body
+        if isinstance(c, str) and "._bc_body.<locals>." in c
+        else c
+        for c in code.co_consts
+    )
     if owner is not None and _is_body(code):
         code = code.replace(co_name=owner.co_name, co_qualname=owner.co_qualname)
     elif "._bc_body.<locals>." in code.co_qualname:

@@ -181,7 +181,23 @@ class Normalizer:
     def lift_fstring(self, node: cst.FormattedString) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
         """Each `{value:spec}` is formatted where it stands: a part before a later yield is spilled
         already formatted, so a bad format spec fails before the later yield, as in CPython."""
-        parts = list(node.parts)
+        parts = []
+        for part in node.parts:  # `{expr=}` shows the expression's text: keep it before the lift renames it
+            if isinstance(part, cst.FormattedStringExpression) and part.equal is not None:
+                render = cst.Module(body=[]).code_for_node
+                shown = "".join(
+                    render(piece)
+                    for piece in (
+                        part.whitespace_before_expression,
+                        part.expression,
+                        part.whitespace_after_expression,
+                        part.equal,
+                    )
+                )
+                parts.append(cst.FormattedStringText(shown.replace("{", "{{").replace("}", "}}")))
+                conversion = part.conversion or (None if part.format_spec else "r")
+                part = part.with_changes(equal=None, conversion=conversion)
+            parts.append(part)
         holes = [i for i, p in enumerate(parts) if isinstance(p, cst.FormattedStringExpression)]
         last = max(i for i in holes if contains_yield(parts[i]))
         pre: list[cst.BaseStatement] = []
