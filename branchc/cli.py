@@ -170,6 +170,8 @@ def check(
     if errors:
         err.print(f"[red]{errors} error(s)[/]")
         raise typer.Exit(1)
+    warnings = len(diagnostics) - errors
+    err.print(f"no errors{f', {warnings} warning(s)' if warnings else ''}")
 
 
 @app.command(name="compile")
