@@ -158,14 +158,16 @@ class Lowerer:
 
     # -- compound statements ----------------------------------------------------------------
 
+    def entry(self, test: cst.BaseExpression, body: list[cst.BaseStatement]) -> cst.BaseExpression:
+        """Enter a body when its test holds in normal running, or when resuming into it."""
+        a, b = self.span(body)
+        if b >= a:
+            return expr(f"(not {T} and {{test}}) or {{rng}}", test=paren(test), rng=in_range(a, b))
+        return expr(f"not {T} and {{test}}", test=paren(test))
+
     def if_(self, node: cst.If) -> cst.If:
         body = list(node.body.body)
-        a, b = self.span(body)
-        test = paren(node.test)
-        if b >= a:
-            condition = expr(f"(not {T} and {{test}}) or {{rng}}", test=test, rng=in_range(a, b))
-        else:
-            condition = expr(f"not {T} and {{test}}", test=test)
+        condition = self.entry(node.test, body)
         new_body = self.any_block(body)
         orelse: list[cst.BaseStatement] = []
         if isinstance(node.orelse, cst.If):
@@ -189,12 +191,7 @@ class Lowerer:
     def while_(self, node: cst.While) -> cst.If:
         lo, hi = self.span([node])
         body = list(node.body.body)
-        a, b = self.span(body)
-        test = paren(node.test)
-        if b >= a:
-            condition = expr(f"(not {T} and {{test}}) or {{rng}}", test=test, rng=in_range(a, b))
-        else:
-            condition = expr(f"not {T} and {{test}}", test=test)
+        condition = self.entry(node.test, body)
         self.stack.append(_Frame("loop"))
         new_body = self.any_block(body)
         self.stack.pop()
