@@ -269,3 +269,33 @@ def test_a_native_generator_in_progress_cannot_travel():
         NotSerializableError, match=r"gen \(waiting at <prog_\d+_c>:11\): the iterator of a `yield from`"
     ):
         snapshot(generator)
+
+
+def test_a_closure_travels_and_a_forged_cell_is_refused():
+    import json
+
+    from differential import load
+
+    from branchc import resume, snapshot
+    from branchc.runtime.codec import SnapshotDataError
+
+    module = load(
+        "def outer(base):\n"
+        "    @resumable\n"
+        "    def gen(n):\n"
+        "        x = yield base + n\n"
+        "        return x * base\n"
+        "    return gen\n"
+        "gen = outer(5)\n",
+        compiled=True,
+    )
+    generator = module.gen(1)
+    assert next(generator) == 6
+    text = json.dumps(snapshot(generator))
+    again = resume(json.loads(text))
+    with pytest.raises(StopIteration) as stop:
+        again.send(3)
+    assert stop.value.value == 15
+    forged = json.loads(text.replace('"free": {"base"', '"free": {"evil"'))
+    with pytest.raises(SnapshotDataError, match=r"free\['evil'\]: .*closes over no such cell"):
+        resume(forged)

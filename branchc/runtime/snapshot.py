@@ -264,9 +264,13 @@ def resume(
         child.created(shell)
         values = {name: child(value, f"{path}.vars[{name!r}]") for name, value in entry["vars"].items()}
         free = {name: child(value, f"{path}.free[{name!r}]") for name, value in entry["free"].items()}
-        unknown = set(values) - set(meta.restorable)
+        unknown = values.keys() - meta.restorable
         if unknown:
             raise SnapshotDataError(f"{path}.vars", f"{meta.ref} has no variable {sorted(unknown)[0]!r}")
+        cells = meta.body_code.co_freevars
+        for name, cell in free.items():
+            if name not in cells or not isinstance(cell, types.CellType):
+                raise SnapshotDataError(f"{path}.free[{name!r}]", f"{meta.ref} closes over no such cell")
         pending.append((shell, meta, state, label, values, free))
         return shell
 
