@@ -1,4 +1,3 @@
-"""The MCP bridge: serves tools to MCP clients in both protocol eras, mapping effects to MCP traffic.
-
-It implements `branchc.runtime.Client` over the `mcp` SDK's server session.
+"""The MCP bridge (not built yet): it will serve tools to MCP clients in both protocol eras,
+mapping effects to MCP traffic, by implementing `branchc.runtime.Client` over the `mcp` SDK.
 """
