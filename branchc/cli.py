@@ -187,11 +187,11 @@ def compile_(
     interactive = err.is_terminal
     try:
         if interactive:
-            with Progress(console=err, transient=True) as bar:
+            with Progress(console=err, transient=True, auto_refresh=False) as bar:  # no thread: build may fork
                 task = bar.add_task("compiling", total=None)
 
                 def progress(done: int, total: int, path: str) -> None:
-                    bar.update(task, completed=done, total=total, description=f"compiling {path}")
+                    bar.update(task, completed=done, total=total, description=f"compiling {path}", refresh=True)
 
                 result = build(sources, out, progress=progress)
         else:

@@ -15,7 +15,7 @@ import types
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["gc_paused", "relocate", "relocated_code"]
+__all__ = ["gc_paused", "relocate", "relocated_code", "relocation_paused"]
 
 LineMap = dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
 
@@ -96,9 +96,26 @@ def _functions(code: types.CodeType) -> dict[tuple[str, int], types.CodeType]:
     return found
 
 
+_PAUSED = False
+
+
+@contextmanager
+def relocation_paused():
+    """Imports that only read a module's tools (`branchc compile` describing them) skip relocation."""
+    global _PAUSED
+    paused, _PAUSED = _PAUSED, True
+    try:
+        yield
+    finally:
+        _PAUSED = paused
+
+
 def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], source: str) -> None:
     """Swap in relocated code for the module's functions and methods (same code, source positions)."""
     from .generator import reregister
+
+    if _PAUSED:
+        return
 
     loader = module_globals.get("__loader__")
     try:

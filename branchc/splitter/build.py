@@ -14,8 +14,12 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import multiprocessing
+import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,22 +78,49 @@ def _digest(text: str) -> str:
 
 def check(sources: Iterable[str | Path]) -> list[Diagnostic]:
     """Diagnostics for every file; nothing is written."""
-    diagnostics: list[Diagnostic] = []
-    for source in find_sources(sources):
-        diagnostics += _compile(source)[1]
+    jobs, diagnostics = _read_all(find_sources(sources))
+    with _workers(len(jobs)) as run:
+        for _, found in run(_compile, [str(source.path) for source, _ in jobs], [text for _, text in jobs]):
+            diagnostics += found
     return diagnostics
 
 
-def _compile(source: SourceFile) -> tuple[CompiledModule | None, list[Diagnostic]]:
+def _read_all(files: list[SourceFile]) -> tuple[list[tuple[SourceFile, str]], list[Diagnostic]]:
+    jobs, diagnostics = [], []
+    for source in files:
+        try:
+            jobs.append((source, source.path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as error:
+            diagnostics.append(Diagnostic(str(source.path), 1, 1, "error", f"cannot read it: {error}"))
+    return jobs, diagnostics
+
+
+def _compile(path: str, text: str) -> tuple[CompiledModule | None, list[Diagnostic]]:
     try:
-        text = source.path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        return None, [Diagnostic(str(source.path), 1, 1, "error", f"cannot read it: {error}")]
-    try:
-        result = compile_module(text, str(source.path))
+        result = compile_module(text, path)
     except CompileError as error:
         return None, error.diagnostics
     return result, result.diagnostics
+
+
+# Below this many files per process, another process costs more than it saves.
+_FILES_PER_WORKER = 8
+Run = Callable[..., Iterator[Any]]
+
+
+@contextmanager
+def _workers(files: int) -> Iterator[Run]:
+    """`run(fn, *lists)`: fn over the lists, results in order; on every core when the tree is large."""
+    workers = min(len(os.sched_getaffinity(0)), files // _FILES_PER_WORKER)
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        yield map
+        return
+    # Workers are forked, so they start with the compiler imported and need nothing from
+    # __main__ (spawn would run it again). Only the compiler runs in them; the CLI's progress
+    # bar refreshes without a thread of its own, so no other thread's lock is copied held.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        chunk = max(1, files // (workers * 8))
+        yield lambda fn, *lists: pool.map(fn, *lists, chunksize=chunk)
 
 
 def build(
@@ -110,33 +141,44 @@ def build(
             previous = {}
     result = BuildResult()
     modules: dict[str, Any] = {}
-    for index, source in enumerate(files):
-        if progress is not None:
-            progress(index, len(files), str(source.path))
-        text = source.path.read_text(encoding="utf-8")
-        digest = _digest(text)
-        target = out / source.relative
+    jobs, result.diagnostics = _read_all(files)
+    todo: list[tuple[SourceFile, str]] = []
+    digests: dict[SourceFile, str] = {}
+    for source, text in jobs:
+        digest = digests[source] = _digest(text)
         old = previous.get(source.module)
-        if old and old.get("hash") == digest and target.is_file():
+        if old and old.get("hash") == digest and (out / source.relative).is_file():
             modules[source.module] = old
             result.cached.append(source.module)
-            continue
-        compiled, diagnostics = _compile(source)
-        result.diagnostics += diagnostics
-        if compiled is None:
-            continue
-        _write(target, compiled)
-        modules[source.module] = {
-            "source": str(source.path),
-            "hash": digest,
-            "functions": [f.manifest() for f in compiled.functions],
-            "tools": [],
-        }
-        result.compiled.append(source.module)
-    if progress is not None:
-        progress(len(files), len(files), "")
-    if not result.errors:
-        _describe_tools(out, {name: modules[name] for name in result.compiled}, result)
+        else:
+            todo.append((source, text))
+    done = len(files) - len(todo)
+    with _workers(len(todo)) as run:
+        compiled_all = run(_compile, [str(source.path) for source, _ in todo], [text for _, text in todo])
+        for (source, _), (compiled, diagnostics) in zip(todo, compiled_all, strict=True):
+            if progress is not None:
+                progress(done, len(files), str(source.path))
+            done += 1
+            result.diagnostics += diagnostics
+            if compiled is None:
+                continue
+            _write(out / source.relative, compiled)
+            modules[source.module] = {
+                "source": str(source.path),
+                "hash": digests[source],
+                "functions": [f.manifest() for f in compiled.functions],
+                "tools": [],
+            }
+            result.compiled.append(source.module)
+        if progress is not None:
+            progress(len(files), len(files), "")
+        if not result.errors:  # every module is written: now they can import each other
+            root = str(out.resolve())
+            names = [name for name in result.compiled if modules[name]["functions"]]
+            for name, (tools, problem) in zip(names, run(_describe, [root] * len(names), names), strict=True):
+                if problem is not None:
+                    result.diagnostics.append(Diagnostic(modules[name]["source"], 1, 1, "error", problem))
+                modules[name]["tools"] = tools
     out.mkdir(parents=True, exist_ok=True)
     manifest = {
         "branchc": __version__,
@@ -154,35 +196,31 @@ def _write(target: Path, compiled: CompiledModule) -> None:
     target.write_text(text, encoding="utf-8")
 
 
-def _describe_tools(out: Path, modules: dict[str, Any], result: BuildResult) -> None:
-    """Import the compiled modules and record each tool: name, description, schema, requires, limits."""
+def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
+    """Import one compiled module from OUT and record its tools: name, description, schema, requires,
+    limits. Relocation is skipped: only the tools are read."""
+    from ..runtime.relocate import relocation_paused
     from ..runtime.tool import Tool
 
-    root = str(out.resolve())
     sys.path.insert(0, root)
+    sys.modules.pop(name, None)
     try:
-        for name, entry in modules.items():
-            if not entry["functions"]:
-                continue
-            sys.modules.pop(name, None)
-            try:
-                module = importlib.import_module(name)
-            except Exception as error:  # user code: report, do not crash
-                result.diagnostics.append(
-                    Diagnostic(entry["source"], 1, 1, "error", f"importing the compiled module failed: {error!r}")
-                )
-                continue
-            entry["tools"] = [
-                {
-                    "name": value.name,
-                    "description": value.description,
-                    "input_schema": value.input_schema,
-                    "requires": sorted(value.requires),
-                    "limits": value.limits.model_dump(exclude_none=True),
-                    "client": getattr(value.client_fn, "__qualname__", None),
-                }
-                for value in vars(module).values()
-                if isinstance(value, Tool)
-            ]
+        with relocation_paused():
+            module = importlib.import_module(name)
+    except Exception as error:  # user code: report, do not crash
+        return [], f"importing the compiled module failed: {error!r}"
     finally:
         sys.path.remove(root)
+    tools = [
+        {
+            "name": value.name,
+            "description": value.description,
+            "input_schema": value.input_schema,
+            "requires": sorted(value.requires),
+            "limits": value.limits.model_dump(exclude_none=True),
+            "client": getattr(value.client_fn, "__qualname__", None),
+        }
+        for value in vars(module).values()
+        if isinstance(value, Tool)
+    ]
+    return tools, None

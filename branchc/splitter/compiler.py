@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ..runtime.relocate import gc_paused, relocated_code
-from .cst import PREFIX, block, contains_yield, index_function, reset_counts, simple
+from .cst import PREFIX, assign, block, contains_yield, generate, index_function, reset_counts, simple, walk
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
 from .lower import Lowerer
@@ -27,7 +27,7 @@ from .positions import KINDS_NEEDED, Positions
 
 __all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
 
-COMPILER_VERSION = "1"
+COMPILER_VERSION = "2"
 _BRANCHC_MODULES = {"branchc", "branchc.runtime", "branchc.runtime.tool"}
 _INTERNAL = {"_bc_T", "_bc_R", "_bc_L", "_bc_label", "_bc_x"}
 
@@ -86,9 +86,14 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     The module is kept as written, text and all, except for the compiled functions,
     whose text is replaced, and two header lines (the runtime import and the metadata).
     """
+    # Syntax trees hold no cycles, so the cyclic collector only costs time here (about 15%).
+    with gc_paused():
+        return _compile_module(source, path)
+
+
+def _compile_module(source: str, path: str) -> CompiledModule:
     try:  # CPython's own parser first: it names syntax errors best
-        with gc_paused():
-            tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         module = cst.parse_module(source)
     except SyntaxError as error:
         message = f"syntax error: {error.msg}"
@@ -99,7 +104,7 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
         raise CompileError([Diagnostic(path, error.editor_line, error.editor_column, "error", message)]) from None
     reset_counts()
     finder = _Targets()
-    module.visit(finder)
+    walk(module, finder)
     if not finder.resumable and not finder.tool and not finder.modules:
         return CompiledModule(path, source, [], [], {})
     if not finder.outermost:
@@ -122,14 +127,13 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
         functions += splitter.functions
         if not splitter.functions or reporter.errors:
             continue
-        where = positions.get(node)
-        if where is None:
+        where, definition = positions.get(node), positions.definition(node)
+        if where is None or definition is None:
             raise AssertionError(f"no position for {node.name.value}")  # the two parsers always agree on defs
-        definition = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == where.start.line)
         first = min([d.lineno for d in definition.decorator_list] + [definition.lineno])
         last = definition.end_lineno or definition.lineno
         indent = lines[definition.lineno - 1][: where.start.column]
-        text = module.code_for_node(compiled.with_changes(leading_lines=())).rstrip("\n").split("\n")
+        text = generate(module, compiled.with_changes(leading_lines=())).rstrip("\n").split("\n")
         replacements.append(
             (first, last, [indent + line if line else line for line in text], list(range(first, last + 1)))
         )
@@ -300,6 +304,16 @@ class _Targets(cst.CSTVisitor):
             else:
                 self.outermost.append((node, scopes))
 
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        for small in node.body:  # only these three matter here: no need to walk the expressions
+            if isinstance(small, cst.Assign):
+                self.visit_Assign(small)
+            elif isinstance(small, cst.ImportFrom):
+                self.visit_ImportFrom(small)
+            elif isinstance(small, cst.Import):
+                self.visit_Import(small)
+        return False
+
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
@@ -418,7 +432,7 @@ class _Splitter(cst.CSTTransformer):
         """Report, at compile time, values that are live across a yield and can never travel."""
         finder = _Handles(self.targets.is_native_generator)
         for statement in lowered:
-            statement.visit(finder)
+            walk(statement, finder)
         for node, target, what, hint in finder.found:
             labels = [site for site in compiled.sites if target in compiled.live.get(site["label"], ())]
             if labels:
@@ -485,9 +499,8 @@ class _Splitter(cst.CSTTransformer):
         lowered = lowerer.block(normalized)
 
         line, _ = reporter.where(original)
-        digest = hashlib.sha256(
-            (COMPILER_VERSION + "\0" + qualname + "\0" + self.module.code_for_node(original)).encode()
-        ).hexdigest()[:16]
+        code = text if text is not None else self.module.code_for_node(original)
+        digest = hashlib.sha256((COMPILER_VERSION + "\0" + qualname + "\0" + code).encode()).hexdigest()[:16]
         compiled = CompiledFunction(qualname, kind, line, digest)
         for site in lowerer.sites:
             span = reporter.span(site.node)
@@ -518,7 +531,11 @@ class _Splitter(cst.CSTTransformer):
             compiled.live[site.label] = sorted(names & keep)
         self.functions.append(compiled)
         called = set(_CALLED.findall(text)) if text is not None else None
-        if called is None or called & (_HANDLES.keys() | self.targets.module_defs.keys()):
+        if (
+            called is None
+            or called & _HANDLES.keys()
+            or any(map(self.targets.is_native_generator, called & self.targets.module_defs.keys()))
+        ):
             self.warn_untravelable(statements, compiled)
 
         body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_R"]])
@@ -533,13 +550,22 @@ class _Splitter(cst.CSTTransformer):
         if unbound:  # bound nowhere in the public function yet: make them its (empty) cells
             nones = ", ".join(["None"] * len(unbound))
             docstring = [*docstring, cst.parse_statement(f"if False: {', '.join(unbound)} = {nones}\n")]
-        call_args = ", ".join([*body_args, "None"])
-        returned = cst.parse_statement(f"return _bc_rt.ResumableGenerator({PREFIX}body({call_args}), {PREFIX}body)\n")
-        decorator = cst.Decorator(decorator=cst.parse_expression(f"_bc_rt.compiled(_bc_META, {qualname!r})"))
+        # return _bc_rt.ResumableGenerator(_bc_body(<args>, None), _bc_body), and @_bc_rt.compiled(_bc_META, qualname)
+        body_name = cst.Name(f"{PREFIX}body")
+        call = cst.Call(body_name, [*(cst.Arg(cst.Name(a)) for a in body_args), cst.Arg(cst.Name("None"))])
+        wrap = cst.Call(_runtime("ResumableGenerator"), [cst.Arg(call), cst.Arg(body_name)])
+        returned = simple(cst.Return(wrap))
+        key = cst.SimpleString(repr(qualname))
+        mark = cst.Call(_runtime("compiled"), [cst.Arg(cst.Name("_bc_META")), cst.Arg(key)])
+        decorator = cst.Decorator(decorator=mark)
         return node.with_changes(
             body=block([*docstring, body_def, returned]),
             decorators=[*node.decorators, decorator],
         )
+
+
+def _runtime(attribute: str) -> cst.Attribute:
+    return cst.Attribute(cst.Name("_bc_rt"), cst.Name(attribute))
 
 
 _CALLED = re.compile(r"(\w+)\s*\(")
@@ -585,17 +611,22 @@ class _Handles(cst.CSTVisitor):
 def _prologue(restorable: list[str], params: list[str]) -> list[cst.BaseStatement]:
     """Resuming: take the label to reach and restore each saved variable (unsaved ones stay unbound;
     a parameter that was not saved is unbound again, as it was when the snapshot was taken)."""
-    lines = ["    _bc_T, _bc_L = _bc_R.label, _bc_R.values\n"]
-    for n in restorable:
-        if n in params:
-            lines.append(f"    if {n!r} in _bc_L:\n        {n} = _bc_L[{n!r}]\n    else:\n        del {n}\n")
-        else:
-            lines.append(f"    if {n!r} in _bc_L: {n} = _bc_L[{n!r}]\n")
-    lines.append("    _bc_L = None\n")
-    return [
-        cst.parse_statement("_bc_T = 0\n"),
-        cst.parse_statement("if _bc_R is not None:\n" + "".join(lines)),
-    ]
+    saved = cst.Name("_bc_L")
+    restore: list[cst.BaseStatement] = [_PROLOGUE_TAKE]
+    for n in restorable:  # built node by node: parsing this text per function costs more than the rest
+        key = cst.SimpleString(repr(n))
+        test = cst.Comparison(key, [cst.ComparisonTarget(cst.In(), saved)])
+        value = cst.Subscript(saved, [cst.SubscriptElement(cst.Index(key))])
+        unbind = cst.Else(block([simple(cst.Del(cst.Name(n)))])) if n in params else None
+        restore.append(cst.If(test, block([assign(n, value)]), unbind))
+    restore.append(_PROLOGUE_DROP)
+    return [_PROLOGUE_START, cst.If(_PROLOGUE_TEST, block(restore))]
+
+
+_PROLOGUE_START = cst.parse_statement("_bc_T = 0\n")
+_PROLOGUE_TEST = cst.parse_expression("_bc_R is not None")
+_PROLOGUE_TAKE = cst.parse_statement("_bc_T, _bc_L = _bc_R.label, _bc_R.values\n")
+_PROLOGUE_DROP = cst.parse_statement("_bc_L = None\n")
 
 
 def _suites(node: cst.CSTNode):
@@ -665,7 +696,7 @@ def _hoist_declarations(statements):
     remaining = []
     for statement in statements:
         finder = Find()
-        statement.visit(finder)
+        walk(statement, finder)
         new = statement.visit(collector) if finder.found else statement
         if not isinstance(new, cst.RemovalSentinel):
             remaining.append(new)

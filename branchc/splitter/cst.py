@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import re
 from collections.abc import Iterable, Sequence
 
 import libcst as cst
-from libcst.helpers import parse_template_statement
+from libcst._nodes.internal import CodegenState
 
 __all__ = [
     "PREFIX",
     "assign",
     "block",
+    "generate",
     "contains_yield",
     "expr",
     "if_stmt",
@@ -19,6 +22,7 @@ __all__ = [
     "reset_counts",
     "simple",
     "stmt",
+    "walk",
     "yield_count",
 ]
 
@@ -30,30 +34,79 @@ def name(value: str) -> cst.Name:
     return cst.Name(value)
 
 
-_TEMPLATES: dict[str, cst.BaseExpression] = {}
+class _Codegen(CodegenState):
+    """LibCST's codegen state, without the context manager it enters at every node to record
+    positions (which only its PositionProvider uses): about a third of codegen's time."""
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # type: ignore[override]
+        return _NO_POSITIONS
+
+
+_NO_POSITIONS = contextlib.nullcontext()
+
+
+def generate(module: cst.Module, node: cst.CSTNode) -> str:
+    """`module.code_for_node(node)`, faster."""
+    state = _Codegen(default_indent=module.default_indent, default_newline=module.default_newline)
+    node._codegen(state)
+    return "".join(state.tokens)
+
+
+class _Template:
+    """A parsed template: `{name}` holes are names `__hole_name`; `fill` rebuilds only the nodes on
+    the paths from the root to the holes (the rest is shared, as LibCST nodes are immutable)."""
+
+    __slots__ = ("paths", "root")
+
+    def __init__(self, root: cst.CSTNode) -> None:
+        self.root = root
+        self.paths: set[cst.CSTNode] = set()  # the holes and every node above one
+        self._mark(root)
+
+    def _mark(self, node: cst.CSTNode) -> bool:
+        found = isinstance(node, cst.Name) and node.value.startswith("__hole_")
+        for child in children(node):
+            found = self._mark(child) or found
+        if found:
+            self.paths.add(node)
+        return found
+
+    def fill(self, parts: dict[str, cst.CSTNode]) -> cst.CSTNode:
+        return self._fill(self.root, parts) if parts else self.root
+
+    def _fill(self, node: cst.CSTNode, parts: dict[str, cst.CSTNode]) -> cst.CSTNode:
+        if isinstance(node, cst.Name) and node.value.startswith("__hole_"):
+            return parts[node.value[7:]]
+        changes: dict[str, object] = {}
+        for field in _FIELDS.get(type(node)) or _fields(type(node)):
+            value = getattr(node, field)
+            if type(value) is tuple or type(value) is list:
+                if any(item in self.paths for item in value):
+                    changes[field] = [self._fill(item, parts) if item in self.paths else item for item in value]
+            elif value in self.paths:
+                changes[field] = self._fill(value, parts)
+        return node.with_changes(**changes)
+
+
+_TEMPLATES: dict[str, _Template] = {}
 _HOLE = re.compile(r"\{(\w+)\}")
-
-
-class _Fill(cst.CSTTransformer):
-    def __init__(self, parts: dict[str, cst.CSTNode]) -> None:
-        self.parts = parts
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        if original.value.startswith("__hole_"):
-            return self.parts[original.value[7:]]  # type: ignore[return-value]
-        return updated
 
 
 def expr(template: str, **parts: cst.CSTNode) -> cst.BaseExpression:
     """An expression from a template with `{name}` holes; each template is parsed once."""
     parsed = _TEMPLATES.get(template)
     if parsed is None:
-        parsed = _TEMPLATES[template] = cst.parse_expression(_HOLE.sub(r"__hole_\1", template))
-    return parsed.visit(_Fill(parts)) if parts else parsed
+        parsed = _TEMPLATES[template] = _Template(cst.parse_expression(_HOLE.sub(r"__hole_\1", template)))
+    return parsed.fill(parts)  # type: ignore[return-value]
 
 
 def stmt(template: str, **parts: cst.CSTNode) -> cst.BaseStatement:
-    return parse_template_statement(template, **parts)
+    """A statement from a template with `{name}` holes; every statement in it must contain a hole,
+    so that each use makes statements of its own (passes tell statements apart by identity)."""
+    parsed = _TEMPLATES.get(template)
+    if parsed is None:
+        parsed = _TEMPLATES[template] = _Template(cst.parse_statement(_HOLE.sub(r"__hole_\1", template)))
+    return parsed.fill(parts)  # type: ignore[return-value]
 
 
 def simple(small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
@@ -83,28 +136,78 @@ def if_stmt(
     return cst.If(test=test, body=block(body), orelse=tail)
 
 
+# LibCST's own `node.visit(visitor)` rebuilds every node it passes, even for a read-only
+# visitor, so a walk costs about as much as parsing. `walk` reads the children in place.
+# Their document order is the order each class's `_visit_and_replace_children` visits its
+# fields, read once per class from LibCST's source; whitespace, brackets, commas and
+# operators are skipped (no pass reads them).
+_FIELD = re.compile(r'visit_\w+\(\s*self,\s*"(\w+)"')
+_TRIVIA = frozenset(
+    "asynchronous colon comma comment dot empty_lines equal first_colon first_line footer header last_line lbrace "
+    "lbracket leading_lines leading_whitespace lines_after_decorators lpar newline operator posonly_ind rbrace "
+    "rbracket relative rpar second_colon semicolon separator trailing_comma trailing_whitespace".split()
+)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        source = inspect.getsource(kind._visit_and_replace_children)
+        found = [f for f in _FIELD.findall(source) if f not in _TRIVIA and not f.startswith("whitespace")]
+        fields = _FIELDS[kind] = tuple(found)
+    return fields
+
+
+_IS_NODE: dict[type, bool] = {}  # isinstance() on LibCST's classes goes through ABCMeta: slow
+
+
+def _is_node(kind: type) -> bool:
+    known = _IS_NODE.get(kind)
+    if known is None:
+        known = _IS_NODE[kind] = issubclass(kind, cst.CSTNode)
+    return known
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of `node` that carry code, in document order (no whitespace or punctuation)."""
+    out: list[cst.CSTNode] = []
+    for field in _FIELDS.get(type(node)) or _fields(type(node)):
+        value = getattr(node, field)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            out += [item for item in value if _is_node(type(item))]
+        elif _is_node(kind):
+            out.append(value)
+    return out
+
+
+def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """`node.visit(visitor)` for a read-only visitor, without rebuilding the tree."""
+    if visitor.on_visit(node):
+        for child in children(node):
+            walk(child, visitor)
+    visitor.on_leave(node)
+
+
 #: yields per node, for the nodes of the module being compiled (cleared by `reset_counts`)
 _COUNTS: dict[cst.CSTNode, int] = {}
-_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+# Nodes with a scope of their own: only parts of them run in the enclosing one.
+_NESTED = frozenset(
+    {cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp}
+)
 
 
 def yield_count(node: cst.CSTNode) -> int:
     """Yields that belong to the enclosing function (not to nested scopes), memoised per node."""
     count = _COUNTS.get(node)
-    if count is not None:
-        return count
-    if isinstance(node, cst.FunctionDef):  # decorators and defaults run in the enclosing scope
-        count = sum(yield_count(d.decorator) for d in node.decorators) + _default_yields(node.params)
-    elif isinstance(node, cst.Lambda):
-        count = _default_yields(node.params)
-    elif isinstance(node, _SCOPES):
-        count = 0
-    elif isinstance(node, _COMPREHENSIONS):
-        count = yield_count(node.for_in.iter)  # only the first iterable runs in the enclosing scope
-    else:
-        count = isinstance(node, cst.Yield) + sum(map(yield_count, node.children))
-    _COUNTS[node] = count
+    if count is None:
+        kind = type(node)
+        if kind in _NESTED:
+            count = _scope_yields(node)
+        else:
+            count = (kind is cst.Yield) + sum(map(yield_count, children(node)))
+        _COUNTS[node] = count
     return count
 
 
@@ -130,28 +233,30 @@ class _Index(cst.CSTVisitor):
 
     def on_leave(self, node: cst.CSTNode) -> None:
         inner = self.sums.pop()
-        if isinstance(node, (*_SCOPES, *_COMPREHENSIONS)):
+        kind = type(node)
+        if kind in _NESTED:
             count = _scope_yields(node)  # its parts were just counted and memoised
         else:
-            count = inner + isinstance(node, cst.Yield)
+            count = inner + (kind is cst.Yield)
         _COUNTS[node] = count
         self.sums[-1] += count
 
 
 def _scope_yields(node: cst.CSTNode) -> int:
-    if isinstance(node, cst.FunctionDef):
+    kind = type(node)
+    if kind is cst.FunctionDef:  # decorators and defaults run in the enclosing scope
         return sum(yield_count(d.decorator) for d in node.decorators) + _default_yields(node.params)
-    if isinstance(node, cst.Lambda):
+    if kind is cst.Lambda:
         return _default_yields(node.params)
-    if isinstance(node, _COMPREHENSIONS):
-        return yield_count(node.for_in.iter)
-    return 0
+    if kind is cst.ClassDef:
+        return 0
+    return yield_count(node.for_in.iter)  # a comprehension: only the first iterable runs outside
 
 
 def index_function(node: cst.FunctionDef, kinds: tuple[type, ...]) -> dict[type, list[cst.CSTNode]]:
     """Count yields for every node of `node` at once, and collect the nodes of `kinds`."""
     index = _Index(kinds)
-    node.visit(index)
+    walk(node, index)
     return index.found
 
 

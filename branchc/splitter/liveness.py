@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import networkx as nx
 
+from .cst import walk
 from .lower import T
 
 __all__ = ["live_variables"]
@@ -48,44 +49,44 @@ class _Names(cst.CSTVisitor):
         elif isinstance(target, cst.StarredElement):
             self._store(target.value)
         else:
-            target.visit(self)  # obj.attr / obj[key]: the object and key are read
+            walk(target, self)  # obj.attr / obj[key]: the object and key are read
 
     def visit_Name(self, node: cst.Name) -> None:
         (self.captured if self._nested else self.uses).add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Assign(self, node: cst.Assign) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         for target in node.targets:
             self._store(target.target)
         return False
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         if node.value is not None:
-            node.value.visit(self)
+            walk(node.value, self)
             self._store(node.target)
         return False
 
     def visit_AugAssign(self, node: cst.AugAssign) -> bool:
-        node.value.visit(self)
-        node.target.visit(self)
+        walk(node.value, self)
+        walk(node.target, self)
         self._store(node.target)
         return False
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         self._store(node.target)
         return False
 
     def visit_Del(self, node: cst.Del) -> bool:
-        node.target.visit(self)
+        walk(node.target, self)
         if isinstance(node.target, cst.Name):
             self.defs.add(node.target.value)
         return False
@@ -122,24 +123,24 @@ class _Names(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         for decorator in node.decorators:
-            decorator.visit(self)
-        node.params.visit(self)  # defaults are read now
+            walk(decorator, self)
+        walk(node.params, self)  # defaults are read now
         self._nested += 1
-        node.body.visit(self)
+        walk(node.body, self)
         self._nested -= 1
         self.defs.add(node.name.value)
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.default is not None:
-            node.default.visit(self)
+            walk(node.default, self)
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         for part in (*node.decorators, *node.bases, *node.keywords):
-            part.visit(self)
+            walk(part, self)
         self._nested += 1
-        node.body.visit(self)
+        walk(node.body, self)
         self._nested -= 1
         self.defs.add(node.name.value)
         return False
@@ -149,7 +150,7 @@ def _names(*nodes: cst.CSTNode | None) -> _Names:
     names = _Names()
     for node in nodes:
         if node is not None:
-            node.visit(names)
+            walk(node, names)
     return names
 
 
@@ -232,7 +233,7 @@ class _Graph:
         if isinstance(node, cst.With):
             items = _Names()
             for item in node.items:
-                item.item.visit(items)
+                walk(item.item, items)
                 if item.asname is not None:
                     items._store(item.asname.name)
             return self.block(node.body.body, [self.stmt(items, preds)])
@@ -316,7 +317,7 @@ class _Graph:
         for handler in node.handlers:
             bind = _Names()
             if handler.type is not None:
-                handler.type.visit(bind)
+                walk(handler.type, bind)
             if handler.name is not None:
                 bind._store(handler.name.name)
             entry = self.stmt(bind, [dispatch])

@@ -55,6 +55,11 @@ def in_range(lo: int, hi: int) -> cst.BaseExpression:
     return expr(f"{lo} <= {T} <= {hi}")
 
 
+# try: save what the handler's name held; on resume: put it back (or unbind it again)
+_KEEP_NAME = "try:\n    {saved} = {held}\nexcept _bc_rt.NameError:\n    {saved} = _bc_rt.UNBOUND\n"
+_RESTORE_NAME = "if {saved} is _bc_rt.UNBOUND:\n    del {held}\nelse:\n    {held} = {saved}\n"
+
+
 @dataclass
 class YieldSite:
     """One suspension point: its label, the original yield node, and whether it delegates."""
@@ -264,12 +269,8 @@ class Lowerer:
             reenter: list[cst.BaseStatement] = []
             for variable in sorted({h.name.name.value for h in node.handlers if h.name is not None}):
                 # the handler binds its name to the exception again: keep what the name held
-                reenter.append(
-                    stmt(
-                        f"try:\n    _bc_hv{ident}_{variable} = {variable}\n"
-                        f"except _bc_rt.NameError:\n    _bc_hv{ident}_{variable} = _bc_rt.UNBOUND\n"
-                    )
-                )
+                saved, held = name(f"_bc_hv{ident}_{variable}"), name(variable)
+                reenter.append(stmt(_KEEP_NAME, saved=saved, held=held))
                 self.names.add(f"_bc_hv{ident}_{variable}")
             reenter += [assign(ctx, expr(f"{exc}.__context__")), simple(cst.Raise(exc=name(exc)))]
             inner_body.append(if_stmt(expr(f"{T} and {{rng}}", rng=in_range(h_lo, h_hi)), reenter))
@@ -333,9 +334,7 @@ class Lowerer:
             variable = handler.name.name.value
             prefix.append(assign(exc, handler.name.name))
             saved = f"_bc_hv{ident}_{variable}"
-            resumed.append(
-                stmt(f"if {saved} is _bc_rt.UNBOUND:\n    del {variable}\nelse:\n    {variable} = {saved}\n")
-            )
+            resumed.append(stmt(_RESTORE_NAME, saved=name(saved), held=name(variable)))
             new = handler
         else:
             new = handler.with_changes(name=cst.AsName(name=name(exc)))

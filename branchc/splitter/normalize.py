@@ -9,9 +9,11 @@ comparison chains keep their short-circuits.
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
-from .cst import PREFIX, assign, block, contains_yield, expr, if_stmt, name, simple
+from .cst import PREFIX, assign, block, contains_yield, expr, generate, if_stmt, name, simple
 
 __all__ = ["Normalizer"]
 
@@ -184,7 +186,7 @@ class Normalizer:
         parts = []
         for part in node.parts:  # `{expr=}` shows the expression's text: keep it before the lift renames it
             if isinstance(part, cst.FormattedStringExpression) and part.equal is not None:
-                render = cst.Module(body=[]).code_for_node
+                render = functools.partial(generate, cst.Module(body=[]))
                 shown = "".join(
                     render(piece)
                     for piece in (

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from .cst import walk
+
 __all__ = ["KINDS_NEEDED", "Position", "Positions"]
 
 
@@ -65,6 +67,18 @@ class _Collect(cst.CSTVisitor):
         return True
 
 
+def _defs(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every def, found through statements only (a def is never inside an expression)."""
+    found, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append(node)
+        for part in ("body", "orelse", "handlers", "finalbody", "cases"):
+            stack.extend(getattr(node, part, ()))
+    return found
+
+
 class Positions:
     """`positions[node]` for the defs of the module, and for nodes inside the functions it compiles."""
 
@@ -76,6 +90,7 @@ class Positions:
         self.functions = functions
         self.compiled = compiled
         self.indexed: dict[cst.CSTNode, dict[type, list[cst.CSTNode]]] = {}  # filled by the compiler's walk
+        self.definitions: dict[cst.FunctionDef, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # of `compiled`
         self._table: dict[cst.CSTNode, Position] | None = None
 
     def _chars(self, line: int, byte_column: int) -> int:
@@ -101,19 +116,19 @@ class Positions:
 
     def _build(self) -> dict[cst.CSTNode, Position]:
         table: dict[cst.CSTNode, Position] = {}
-        defs = [n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        defs = sorted(_defs(self.tree), key=lambda d: (d.lineno, d.col_offset))
         self._pair(list(self.functions), defs, table)
+        by_start = {(d.lineno, d.name): d for d in defs}
         for function in self.compiled:
             where = table.get(function)
-            definition = next(
-                (d for d in defs if where and d.lineno == where.start.line and d.name == function.name.value), None
-            )
+            definition = by_start.get((where.start.line, function.name.value)) if where else None
             if definition is None:
                 continue
+            self.definitions[function] = definition
             found = self.indexed.get(function)
             if found is None:
                 collector = _Collect()
-                function.visit(collector)
+                walk(function, collector)
                 found = collector.found
             by_kind: dict[type[ast.AST], list[ast.AST]] = {}
             for node in ast.walk(definition):
@@ -138,3 +153,8 @@ class Positions:
 
     def get(self, node: cst.CSTNode, default=None):
         return self.table.get(node, default)
+
+    def definition(self, node: cst.FunctionDef) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The `ast` node of a compiled function."""
+        _ = self.table
+        return self.definitions.get(node)
