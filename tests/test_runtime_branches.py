@@ -301,7 +301,7 @@ async def test_a_failure_halts_the_others_and_the_first_error_is_catchable_at_th
             yield ctx.all(
                 [
                     ctx.branch(_wait_forever, "w1", trace),
-                    ctx.branch(_fail_soon, "first"),
+                    ctx.branch(_fail_soon, "first", "tick"),
                     ctx.branch(_wait_forever, "w2", trace),
                 ]
             )
@@ -310,7 +310,7 @@ async def test_a_failure_halts_the_others_and_the_first_error_is_catchable_at_th
         yield ctx.log("info", "parent continues")
         return "survived"
 
-    client = EchoClient(delays={"wait w1": FOREVER, "wait w2": FOREVER})
+    client = EchoClient(delays={"wait w1": FOREVER, "wait w2": FOREVER, "tick": 0.02})
     with anyio.fail_after(2):
         result, events = await run(one_shot(body), client)
     assert result == "survived"
@@ -322,7 +322,7 @@ async def test_a_failure_halts_the_others_and_the_first_error_is_catchable_at_th
         ]
     assert trace[-1] == "parent caught first"
     assert sorted(client.cancelled) == ["wait w1", "wait w2"]
-    assert client.finished == []
+    assert client.finished == ["tick"]
     assert ("info", "cleanup w1") in client.log_calls
     assert ("info", "cleanup w2") in client.log_calls
     assert client.log_calls[-1] == ("info", "parent continues")
@@ -334,17 +334,32 @@ async def test_the_first_error_in_time_wins_not_the_first_in_order():
 
     def body(handoff, ctx):
         try:
-            yield ctx.all([ctx.branch(_fail_soon, "late", "slow"), ctx.branch(_fail_soon, "early")])
+            yield ctx.all([ctx.branch(_fail_soon, "late", "slow"), ctx.branch(_fail_soon, "early", "tick")])
         except ValueError as error:
             return [str(error), getattr(error, "__notes__", [])]
 
-    client = EchoClient(delays={"slow": 0.2})
+    client = EchoClient(delays={"slow": 0.2, "tick": 0.02})
     with anyio.fail_after(2):
         result, _ = await run(one_shot(body), client)
     assert result == ["early", []]
     assert client.cancelled == ["slow"]
     assert ("info", "failing late") not in client.log_calls
     assert trace == []
+
+
+async def test_a_request_made_in_the_step_a_sibling_fails_is_never_sent():
+    def body(handoff, ctx):
+        try:
+            yield ctx.all([ctx.branch(_fail_soon, "late", "never asked"), ctx.branch(_fail_soon, "at once")])
+        except ValueError as error:
+            return str(error)
+
+    client = EchoClient()
+    with anyio.fail_after(2):
+        result, events = await run(one_shot(body), client)
+    assert result == "at once"
+    assert client.sample_calls == [] and client.cancelled == []
+    assert [e["branch"] for e in events.named("halt")] == ["0.1"]
 
 
 @resumable
@@ -431,15 +446,15 @@ async def test_a_halted_branch_gets_generator_exit_again_for_anything_but_log_or
 
     def body(handoff, ctx):
         try:
-            yield ctx.all([ctx.branch(_stubborn, trace), ctx.branch(_fail_soon, "boom")])
+            yield ctx.all([ctx.branch(_stubborn, trace), ctx.branch(_fail_soon, "boom", "tick")])
         except ValueError:
             return trace
 
-    client = EchoClient(delays={"stuck": FOREVER})
+    client = EchoClient(delays={"stuck": FOREVER, "tick": 0.02})
     with anyio.fail_after(2):
         result, _ = await run(one_shot(body), client)
     assert result == ["GeneratorExit again"]
-    assert [r.last_text for r in client.sample_calls] == ["stuck"]
+    assert [r.last_text for r in client.sample_calls] == ["stuck", "tick"]
 
 
 async def test_cancelling_run_tool_from_outside_runs_finally_blocks():

@@ -57,6 +57,7 @@ def build(kind: str, calls: list):
         return {"text": r.text, "sub": sub, "helper": text, "depth": ctx.depth, "seen": len(ctx.messages)}
 
     def failing(ctx):
+        yield ctx.sample(prompt="tick")
         yield ctx.log("info", "failing soon")
         raise ValueError("branch failed")
 
@@ -115,7 +116,7 @@ def build(kind: str, calls: list):
 
 def _client():
     return EchoClient(
-        delays={"wait forever": FOREVER},
+        delays={"wait forever": FOREVER, "tick": 0.02},
         elicit_answers=[
             {"action": "accept", "content": {"n": 0}},
             {"action": "accept", "content": {"n": 2}},

@@ -1,0 +1,556 @@
+"""The run machine: a tool's client phase as data that any driver can step.
+
+A run is a tree of branches. Each branch has a generator and waits on at most one thing: the
+answer to a request (a sample or an elicitation), a child branch (`ctx.branch`), or a group
+(`ctx.all`, whose slots wait on requests, children or groups in turn). `advance()` steps every
+branch that can move until each one waits for an answer; it never awaits. Logs and progress
+notes go to an outbox, in order, for the driver to send.
+
+Two drivers step it. `run_tool` (driver.py) asks the client for every pending request at once
+and feeds each answer as it arrives. The 2026-07-28 bridge ends a round when everything waits,
+saves the machine as its `request_state`, and resumes it next round with the answers: no task,
+frame or coroutine has to outlive a round, so any process can serve the next one.
+
+Errors the runtime produces for a branch (limits, bad answers) are thrown into its generator
+at its yield, as an `await` would raise them. When one slot of a group fails, its siblings are
+halted at their yields (GeneratorExit: their finally blocks run and may still log and notify),
+innermost first, and the first error is raised at the group's yield. Deadlines are wall-clock
+times (`time.time()`), so they mean the same in every process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from .client import ElicitAnswer, ElicitRequest, SampleRequest
+from .context import BranchState, Context, TokenAccount
+from .effects import All, Branch, Elicit, Log, Notify, Sample
+from .elicit import ElicitExchange, ElicitResult, elicit_call_id
+from .errors import (
+    BranchDepthError,
+    BranchTimeoutError,
+    BranchTokenError,
+    ClientAnswerError,
+    EffectTypeError,
+    ElicitValidationError,
+    JsonDataError,
+    format_validation_errors,
+)
+from .jsondata import check_json_data
+from .limits import Limits, estimate_tokens
+from .messages import AssistantToolCallMessage, Message, SampleResult
+
+__all__ = ["CLEANUP_EFFECTS", "EFFECTS", "Machine", "Request"]
+
+EFFECTS = (Sample, Elicit, Log, Notify, Branch, All)
+#: Effects a halted branch may still perform (in its finally blocks).
+CLEANUP_EFFECTS = (Log, Notify)
+
+# Where an outcome goes: ["b", branch id] (the branch's own yield) or ["s", group id, slot].
+Where = list[Any]
+
+
+@dataclass
+class Request:
+    """A question for the client: one sample or one elicitation, waiting for its answer."""
+
+    key: str  # unique in the run and stable across rounds: "sample-3", "elicit-1"
+    branch: str
+    where: Where
+    kind: Literal["sample", "elicit"]
+    number: int  # the run's sample number, or elicitation sequence number
+    deadline: float | None
+    sample: SampleRequest | None = None
+    prompt: Message | None = None  # a tracked sample's prompt, added to the history with the answer
+    prompt_tokens: int = 0
+    reserved: int = 0  # tokens held until the answer says what it cost
+    elicit: ElicitRequest | None = None
+    schema: type[BaseModel] | None = None
+    context: Any = None
+
+
+@dataclass
+class _Branch:
+    state: BranchState
+    generator: Any
+    parent: Where | None  # None for the root
+    wait: str | None = None  # the request key, child branch id or group id it waits on
+
+
+@dataclass
+class _Group:
+    parent: Where
+    branch: str
+    results: list[Any]
+    waiting: dict[int, str] = field(default_factory=dict)  # slot -> what it waits on
+    failure: BaseException | None = None
+
+
+class Machine:
+    def __init__(self, tool: str, call_id: str, limits: Limits, emit: Any = None) -> None:
+        self.tool = tool
+        self.call_id = call_id
+        self.limits = limits
+        self.emit = emit or (lambda event, branch=None, **data: None)
+        self.samples = 0
+        self.elicits = 0
+        self.groups_made = 0
+        self.branches: dict[str, _Branch] = {}
+        self.groups: dict[str, _Group] = {}
+        self.requests: dict[str, Request] = {}  # unanswered, in the order they were made
+        self.ready: deque[tuple[str, bool, Any]] = deque()  # (branch, ok, value or error)
+        self.outbox: list[tuple[Any, ...]] = []  # ("log", level, message) / ("notify", message, progress, total)
+        self.cancelled: list[str] = []  # requests dropped since the driver last looked
+        self.done = False
+        self.ok = False
+        self.result: Any = None  # the client phase's return value, or the exception that escaped it
+
+    # -- starting and stepping ------------------------------------------------------------------
+
+    def start(self, client_fn: Any, handoff: Any, name: str) -> None:
+        limits = self.limits
+        root = BranchState(
+            id="0",
+            name=name,
+            depth=0,
+            max_depth=limits.max_depth,
+            deadline=None if limits.timeout is None else time.time() + limits.timeout,
+            tokens=TokenAccount(limits.max_tokens),
+        )
+        generator = client_fn(handoff, Context(root))
+        self.branches["0"] = _Branch(root, generator, None)
+        self.ready.append(("0", True, None))
+
+    @property
+    def pending(self) -> list[Request]:
+        """The requests waiting for the client, oldest first."""
+        return list(self.requests.values())
+
+    def take_outbox(self) -> list[tuple[Any, ...]]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def take_cancelled(self) -> list[str]:
+        out, self.cancelled = self.cancelled, []
+        return out
+
+    def advance(self) -> None:
+        """Step every branch that can move, until each one waits (or the run is over)."""
+        while self.ready:
+            ident, ok, value = self.ready.popleft()
+            if ident in self.branches:  # a branch halted meanwhile has nothing left to receive
+                self._step(ident, ok, value)
+
+    def _step(self, ident: str, ok: bool, value: Any) -> None:
+        branch = self.branches[ident]
+        generator = branch.generator
+        try:
+            effect = generator.send(value) if ok else generator.throw(value)
+        except StopIteration as stop:
+            self._finish(ident, True, stop.value)
+            return
+        except Exception as error:
+            self._finish(ident, False, error)
+            return
+        if not isinstance(effect, EFFECTS):
+            self.ready.append((ident, False, self._not_an_effect(generator, branch.state, effect)))
+            return
+        outcome = self._perform(effect, ["b", ident], branch.state)
+        if isinstance(outcome, str):
+            branch.wait = outcome
+        else:
+            self.ready.append((ident, *outcome))
+
+    def _finish(self, ident: str, ok: bool, value: Any) -> None:
+        branch = self.branches.pop(ident)
+        if branch.parent is None:
+            self.done, self.ok, self.result = True, ok, value
+            return
+        if ok:
+            self.emit("branch_end", branch.state, result=_jsonable(value))
+        else:
+            self.emit("branch_end", branch.state, error=f"{type(value).__name__}: {value}")
+        self._deliver(branch.parent, ok, value)
+
+    def _deliver(self, where: Where, ok: bool, value: Any) -> None:
+        if where[0] == "b":
+            self.branches[where[1]].wait = None
+            self.ready.append((where[1], ok, value))
+            return
+        _, ident, slot = where
+        group = self.groups[ident]
+        del group.waiting[slot]
+        if ok:
+            group.results[slot] = value
+        else:
+            group.failure = value
+            self._halt_waits(group.waiting.values(), group.failure)
+            group.waiting.clear()
+        if not group.waiting:
+            del self.groups[ident]
+            self._deliver(group.parent, group.failure is None, group.results if group.failure is None else value)
+
+    # -- effects ------------------------------------------------------------------------------
+
+    def _perform(self, effect: Any, where: Where, branch: BranchState) -> tuple[bool, Any] | str:
+        """(ok, value) when the effect is over at once; else the id of what `where` now waits on."""
+        if isinstance(effect, CLEANUP_EFFECTS):
+            self._cleanup_effect(effect, branch)
+            return True, None
+        if isinstance(effect, All):
+            return self._all(effect, where, branch)
+        if branch.deadline is not None and (branch.timed_out or time.time() >= branch.deadline):
+            return False, self._timeout(branch)
+        try:
+            if isinstance(effect, Sample):
+                return self._sample(effect, where, branch)
+            if isinstance(effect, Elicit):
+                return self._elicit(effect, where, branch)
+            return self._branch(effect, where, branch)
+        except Exception as error:
+            return False, error
+
+    def _cleanup_effect(self, effect: Log | Notify, branch: BranchState) -> None:
+        if isinstance(effect, Log):
+            self.emit("log", branch, level=effect.level, message=effect.message)
+            self.outbox.append(("log", effect.level, effect.message))
+        else:
+            self.emit("notify", branch, message=effect.message, progress=effect.progress, total=effect.total)
+            self.outbox.append(("notify", effect.message, effect.progress, effect.total))
+
+    def _timeout(self, branch: BranchState) -> BranchTimeoutError:
+        branch.timed_out = True
+        self.emit("timeout", branch)
+        return BranchTimeoutError(f"{branch.name} (branch {branch.id}) ran past its timeout")
+
+    def _sample(self, effect: Sample, where: Where, branch: BranchState) -> str:
+        self.samples += 1
+        number = self.samples
+        prompt = None
+        if effect.prompt is not None:
+            prompt = Message(role="user", content=effect.prompt)
+            messages = [*branch.messages, prompt]
+        else:
+            messages = list(effect.messages)
+        system_prompt = effect.system_prompt if effect.system_prompt is not None else branch.system_prompt
+        prompt_tokens = estimate_tokens("".join(map(_message_text, messages)) + (system_prompt or ""))
+        max_tokens = effect.max_tokens
+        remaining = branch.tokens.remaining()
+        if remaining is not None:
+            if remaining - prompt_tokens < 1:
+                raise BranchTokenError(
+                    f"{branch.name}: sample #{number} needs about {prompt_tokens} prompt tokens plus its answer, "
+                    f"but only {remaining} of the token budget remain"
+                )
+            max_tokens = min(max_tokens, remaining - prompt_tokens)
+        request = SampleRequest(
+            messages=messages,
+            system_prompt=system_prompt,
+            max_tokens=max_tokens,
+            temperature=effect.temperature,
+            stop_sequences=None if effect.stop_sequences is None else list(effect.stop_sequences),
+            model_preferences=effect.model_preferences,
+            tools=None if effect.tools is None else list(effect.tools),
+            tool_choice=effect.tool_choice,
+        )
+        # Reserve the most this sample may cost, so concurrent samples cannot overspend; settle after.
+        reserved = prompt_tokens + max_tokens
+        branch.tokens.charge(reserved)
+        key = f"sample-{number}"
+        self.requests[key] = Request(
+            key, branch.id, where, "sample", number, branch.deadline, sample=request, prompt=prompt,
+            prompt_tokens=prompt_tokens, reserved=reserved,
+        )  # fmt: skip
+        return key
+
+    def _elicit(self, effect: Elicit, where: Where, branch: BranchState) -> str:
+        self.elicits += 1
+        number = self.elicits
+        request = ElicitRequest(
+            key=effect.key, message=effect.message, requested_schema=effect.schema.model_json_schema()
+        )
+        key = f"elicit-{number}"
+        self.requests[key] = Request(
+            key, branch.id, where, "elicit", number, branch.deadline, elicit=request, schema=effect.schema,
+            context=effect.context,
+        )  # fmt: skip
+        return key
+
+    def _branch(self, effect: Branch, where: Where, parent: BranchState) -> str:
+        depth = parent.depth + 1
+        max_depth = _least(parent.max_depth, effect.max_depth)
+        if max_depth is not None and depth > max_depth:
+            raise BranchDepthError(
+                f"{effect.name}: a branch at depth {depth} exceeds max_depth {max_depth} "
+                f"(branch {parent.id} is at depth {parent.depth})"
+            )
+        deadline = parent.deadline
+        if effect.timeout is not None:
+            deadline = _least(deadline, time.time() + effect.timeout)
+        parent.children += 1
+        child = BranchState(
+            id=f"{parent.id}.{parent.children}",
+            name=effect.name,
+            depth=depth,
+            max_depth=max_depth,
+            deadline=deadline,
+            tokens=TokenAccount(effect.max_tokens, parent.tokens),
+            messages=list(parent.messages) if effect.inherit_messages else [],
+            parent_messages=tuple(parent.messages),
+            parent_system_prompt=parent.system_prompt,
+            system_prompt=effect.system_prompt if effect.system_prompt is not None else parent.system_prompt,
+        )
+        self.emit("branch", child, parent=parent.id, name=effect.name, inherit_messages=effect.inherit_messages)
+        try:
+            generator = effect.fn(Context(child), *effect.args, **effect.kwargs)
+        except Exception as error:
+            self.emit("branch_end", child, error=f"{type(error).__name__}: {error}")
+            raise
+        self.branches[child.id] = _Branch(child, generator, where)
+        self.ready.append((child.id, True, None))
+        return child.id
+
+    def _all(self, effect: All, where: Where, branch: BranchState) -> tuple[bool, Any] | str:
+        self.groups_made += 1
+        ident = f"group-{self.groups_made}"
+        group = self.groups[ident] = _Group(where, branch.id, [None] * len(effect.effects))
+        for slot, item in enumerate(effect.effects):
+            outcome = self._perform(item, ["s", ident, slot], branch)
+            if isinstance(outcome, str):
+                group.waiting[slot] = outcome
+                continue
+            ok, value = outcome
+            if ok:
+                group.results[slot] = value
+                continue
+            # failed at once: halt what the earlier slots started, and start no more
+            self._halt_waits(group.waiting.values(), value)
+            del self.groups[ident]
+            return False, value
+        if not group.waiting:
+            del self.groups[ident]
+            return True, group.results
+        return ident
+
+    # -- answers --------------------------------------------------------------------------------
+
+    def answer(self, key: str, answer: Any) -> None:
+        """The client's answer to request `key` (a SampleResult, an ElicitAnswer, or their dict or str
+        forms); a malformed answer is thrown into the branch that asked."""
+        request = self.requests.pop(key)
+        branch = self.branches[request.branch].state
+        try:
+            if request.kind == "sample":
+                value: Any = self._sample_answer(request, answer, branch)
+            else:
+                value = self._elicit_answer(request, answer, branch)
+        except Exception as error:
+            self._deliver(request.where, False, error)
+        else:
+            self._deliver(request.where, True, value)
+
+    def fail(self, key: str, error: BaseException) -> None:
+        """The client could not answer `key`: the error is raised at the asking branch's yield."""
+        request = self.requests.pop(key)
+        self.branches[request.branch].state.tokens.charge(-request.reserved)
+        self._deliver(request.where, False, error)
+
+    def expire(self, key: str) -> None:
+        """Request `key` outlived its branch's deadline."""
+        request = self.requests.pop(key)
+        branch = self.branches[request.branch].state
+        branch.tokens.charge(-request.reserved)
+        self._deliver(request.where, False, self._timeout(branch))
+
+    def _sample_answer(self, request: Request, answer: Any, branch: BranchState) -> SampleResult:
+        try:
+            result = _sample_result(answer, request.number)
+        except Exception:
+            branch.tokens.charge(-request.reserved)
+            raise
+        used = result.input_tokens if result.input_tokens is not None else request.prompt_tokens
+        used += (
+            result.output_tokens
+            if result.output_tokens is not None
+            else estimate_tokens(result.text + "".join(json.dumps(c.function.arguments) for c in result.tool_calls))
+        )
+        branch.tokens.charge(used - request.reserved)
+        if request.prompt is not None:
+            if result.tool_calls:
+                reply: Any = AssistantToolCallMessage(content=result.text or None, tool_calls=result.tool_calls)
+            else:
+                reply = Message(role="assistant", content=result.text)
+            branch.messages.extend([request.prompt, reply])
+        self.emit(
+            "sample",
+            branch,
+            number=request.number,
+            tracked=request.prompt is not None,
+            request=request.sample.model_dump(mode="json", exclude_none=True),
+            result=result.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
+            tokens=used,
+        )
+        return result
+
+    def _elicit_answer(self, request: Request, answer: Any, branch: BranchState) -> ElicitResult:
+        effect = request.elicit
+        parsed = _parse_elicit_answer(answer, effect.key, request.number)
+        self.emit(
+            "elicit",
+            branch,
+            seq=request.number,
+            request=effect.model_dump(mode="json"),
+            answer=parsed.model_dump(mode="json"),
+        )
+        if parsed.action != "accept":
+            return ElicitResult(action=parsed.action)
+        try:
+            content = request.schema.model_validate(parsed.content)
+        except ValidationError as error:
+            raise ElicitValidationError(effect.key, format_validation_errors(error), parsed.content) from None
+        exchange = ElicitExchange(
+            key=effect.key,
+            tool_call_id=elicit_call_id(self.call_id, request.number),
+            context=request.context,
+            content=content.model_dump(mode="json", by_alias=True),
+        )
+        return ElicitResult(action="accept", content=content, exchange=exchange)
+
+    # -- halting ------------------------------------------------------------------------------
+
+    def halt(self) -> None:
+        """Stop the whole run (the call was cancelled): every branch is halted at its yield."""
+        if "0" in self.branches:
+            self._halt_branch("0")
+        self.ready.clear()
+
+    def _halt_waits(self, waits: Any, failure: BaseException) -> None:
+        for wait in list(waits):
+            try:
+                self._drop(wait)
+            except Exception as error:
+                failure.add_note(f"also, while halting: {type(error).__name__}: {error}")
+
+    def _drop(self, wait: str) -> None:
+        """Give up what something waits on: a request is cancelled, a child halted, a group emptied."""
+        if wait in self.requests:
+            request = self.requests.pop(wait)
+            self.branches[request.branch].state.tokens.charge(-request.reserved)
+            self.cancelled.append(wait)
+        elif wait in self.groups:
+            group = self.groups.pop(wait)
+            for inner in group.waiting.values():
+                self._drop(inner)
+        elif wait in self.branches:
+            self._halt_branch(wait)
+
+    def _halt_branch(self, ident: str) -> None:
+        """GeneratorExit at the branch's yield, innermost branches first; its finally blocks may
+        still log and notify, and any other effect is an error, as for CPython's close()."""
+        branch = self.branches[ident]
+        if branch.wait is not None:
+            self._drop(branch.wait)
+        self.emit("halt", branch.state)
+        generator = branch.generator
+        ok, value = False, GeneratorExit()
+        try:
+            while True:
+                try:
+                    effect = generator.send(value) if ok else generator.throw(value)
+                except (StopIteration, GeneratorExit):
+                    return
+                if not isinstance(effect, CLEANUP_EFFECTS):
+                    raise RuntimeError(
+                        f"{branch.state.name} ignored GeneratorExit: while being halted it yielded "
+                        f"{type(effect).__name__}; a finally block may only log and notify during a halt"
+                    )
+                self._cleanup_effect(effect, branch.state)
+                ok, value = True, None
+        finally:
+            del self.branches[ident]
+            if branch.parent is not None:
+                self.emit("branch_end", branch.state, error="halted")
+
+    def _not_an_effect(self, generator: Any, branch: BranchState, value: Any) -> EffectTypeError:
+        frame = getattr(generator, "gi_frame", None)
+        if frame is not None:
+            place = f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}"
+        else:
+            place = getattr(generator, "source_location", "an unknown line")
+        return EffectTypeError(
+            f"{self.tool}: {branch.name} yielded a {type(value).__name__} at {place}, which is not an "
+            f"effect; yield what ctx makes (ctx.sample, ctx.elicit, ctx.log, ctx.notify, ctx.branch, ctx.all)"
+        )
+
+
+def _least(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _message_text(message: Any) -> str:
+    text = getattr(message, "content", None) or ""
+    for call in getattr(message, "tool_calls", None) or ():
+        text += call.function.name + json.dumps(call.function.arguments)
+    return text
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+def _sample_result(answer: Any, number: int) -> SampleResult:
+    if isinstance(answer, str):
+        return SampleResult(text=answer)
+    if isinstance(answer, dict):
+        try:
+            answer = SampleResult.model_validate(answer)
+        except ValidationError as error:
+            lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
+            raise ClientAnswerError(f"sample #{number}: the client's answer is not a SampleResult:\n{lines}") from None
+    if not isinstance(answer, SampleResult):
+        raise ClientAnswerError(
+            f"sample #{number}: the client answered with a {type(answer).__name__}; "
+            f"expected a SampleResult, a dict of its fields, or the text as a str"
+        )
+    for index, call in enumerate(answer.tool_calls):
+        _client_json(call.function.arguments, f"sample #{number}: tool_calls[{index}].function.arguments")
+    return answer
+
+
+def _client_json(value: Any, where: str) -> None:
+    try:
+        check_json_data(value, where, "the client must answer with JSON data")
+    except JsonDataError as error:
+        raise ClientAnswerError(str(error)) from None
+
+
+def _parse_elicit_answer(answer: Any, key: str, seq: int) -> ElicitAnswer:
+    where = f"elicit #{seq} ({key!r})"
+    if isinstance(answer, ElicitAnswer):
+        parsed = answer
+    elif isinstance(answer, dict):
+        try:
+            parsed = ElicitAnswer.model_validate(answer)
+        except ValidationError as error:
+            lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
+            raise ClientAnswerError(f"{where}: the client's answer has the wrong shape:\n{lines}") from None
+    else:
+        raise ClientAnswerError(
+            f"{where}: the client answered with a {type(answer).__name__}; "
+            f"expected {{'action': 'accept'|'decline'|'cancel', 'content': {{...}}}}"
+        )
+    if parsed.action == "accept" and parsed.content is None:
+        raise ClientAnswerError(f"{where}: an accepted elicitation needs content (a dict of the form's fields)")
+    _client_json(parsed.content, f"{where}: content")
+    return parsed
