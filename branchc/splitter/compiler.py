@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ..runtime.relocate import gc_paused, relocated_code
-from .cst import PREFIX, assign, block, contains_yield, generate, index_function, reset_counts, simple, walk
+from .cst import PREFIX, block, contains_yield, generate, index_function, reset_counts, simple, walk
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
 from .lower import Lowerer
@@ -134,6 +134,7 @@ def _compile_module(source: str, path: str) -> CompiledModule:
         last = definition.end_lineno or definition.lineno
         indent = lines[definition.lineno - 1][: where.start.column]
         text = generate(module, compiled.with_changes(leading_lines=())).rstrip("\n").split("\n")
+        text = _expand_prologues(text, splitter.prologues)
         replacements.append(
             (first, last, [indent + line if line else line for line in text], list(range(first, last + 1)))
         )
@@ -386,6 +387,7 @@ class _Splitter(cst.CSTTransformer):
         self.module = module
         self.scopes: list[tuple[str, str]] = list(scopes)  # (name, "function" | "class")
         self.functions: list[CompiledFunction] = []
+        self.prologues: dict[str, list[str]] = {}  # placeholder name -> the prologue's lines
         self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # rebuilt node -> node in the source
         self.locals = original_locals
         self.lines = module.code.splitlines() if lines is None else lines
@@ -538,13 +540,15 @@ class _Splitter(cst.CSTTransformer):
         ):
             self.warn_untravelable(statements, compiled)
 
+        placeholder = f"_bc_prologue_{len(self.prologues)}"
+        self.prologues[placeholder] = _prologue(restorable, body_args)
         body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_R"]])
         if captured_names:
             declarations = [cst.parse_statement(f"nonlocal {', '.join(sorted(captured_names))}\n"), *declarations]
         body_def = cst.FunctionDef(
             name=cst.Name(f"{PREFIX}body"),
             params=body_params,
-            body=block([*declarations, *_prologue(restorable, body_args), *lowered]),
+            body=block([*declarations, simple(cst.Expr(cst.Name(placeholder))), *lowered]),
         )
         unbound = sorted(captured_names - set(params))
         if unbound:  # bound nowhere in the public function yet: make them its (empty) cells
@@ -608,25 +612,31 @@ class _Handles(cst.CSTVisitor):
             self.found.append((node, target, f"a native generator ({callee}(...))", hint))
 
 
-def _prologue(restorable: list[str], params: list[str]) -> list[cst.BaseStatement]:
+def _prologue(restorable: list[str], params: list[str]) -> list[str]:
     """Resuming: take the label to reach and restore each saved variable (unsaved ones stay unbound;
-    a parameter that was not saved is unbound again, as it was when the snapshot was taken)."""
-    saved = cst.Name("_bc_L")
-    restore: list[cst.BaseStatement] = [_PROLOGUE_TAKE]
-    for n in restorable:  # built node by node: parsing this text per function costs more than the rest
-        key = cst.SimpleString(repr(n))
-        test = cst.Comparison(key, [cst.ComparisonTarget(cst.In(), saved)])
-        value = cst.Subscript(saved, [cst.SubscriptElement(cst.Index(key))])
-        unbind = cst.Else(block([simple(cst.Del(cst.Name(n)))])) if n in params else None
-        restore.append(cst.If(test, block([assign(n, value)]), unbind))
-    restore.append(_PROLOGUE_DROP)
-    return [_PROLOGUE_START, cst.If(_PROLOGUE_TEST, block(restore))]
+    a parameter that was not saved is unbound again, as it was when the snapshot was taken).
+    Emitted as text: it is long and regular, and as nodes it cost more than the rest of the function."""
+    lines = ["_bc_T = 0", "if _bc_R is not None:", "    _bc_T, _bc_L = _bc_R.label, _bc_R.values"]
+    for n in restorable:
+        if n in params:
+            lines += [f"    if {n!r} in _bc_L:", f"        {n} = _bc_L[{n!r}]", "    else:", f"        del {n}"]
+        else:
+            lines.append(f"    if {n!r} in _bc_L: {n} = _bc_L[{n!r}]")
+    lines.append("    _bc_L = None")
+    return lines
 
 
-_PROLOGUE_START = cst.parse_statement("_bc_T = 0\n")
-_PROLOGUE_TEST = cst.parse_expression("_bc_R is not None")
-_PROLOGUE_TAKE = cst.parse_statement("_bc_T, _bc_L = _bc_R.label, _bc_R.values\n")
-_PROLOGUE_DROP = cst.parse_statement("_bc_L = None\n")
+def _expand_prologues(lines: list[str], prologues: dict[str, list[str]]) -> list[str]:
+    """Put each prologue's text where its placeholder statement was generated."""
+    out: list[str] = []
+    for line in lines:
+        text = prologues.get(line.strip())
+        if text is None:
+            out.append(line)
+        else:
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [indent + row for row in text]
+    return out
 
 
 def _suites(node: cst.CSTNode):
