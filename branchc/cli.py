@@ -206,5 +206,43 @@ def compile_(
     err.print(f"compiled {len(result.compiled)} module(s), {len(result.cached)} unchanged, into {escape(str(out))}")
 
 
+@app.command()
+def serve(
+    path: Annotated[Path, typer.Argument(help="Tool sources (a file or a folder) or a build folder.")],
+    http: Annotated[
+        str | None, typer.Option("--http", metavar="HOST:PORT", help="Serve streamable HTTP at /mcp instead of stdio.")
+    ] = None,
+    state_key: Annotated[
+        str | None,
+        typer.Option(
+            "--state-key",
+            envvar="BRANCHC_STATE_KEY",
+            help="Secret (32+ bytes) that seals request_state; replicas serving one client share it.",
+        ),
+    ] = None,
+    name: Annotated[str, typer.Option("--name", help="The server's name (and request_state audience).")] = "branchc",
+) -> None:
+    """Serve the tools in PATH to MCP clients, in both protocol eras."""
+    from .bridge.loading import load_served_tools
+    from .bridge.server import create_server
+    from .bridge.transport import serve_http, serve_stdio
+
+    try:
+        tools = load_served_tools(path)
+        server = create_server(tools, name=name, state_key=state_key)
+    except (BranchcError, ValueError) as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    if http is None:
+        anyio.run(serve_stdio, server)
+        return
+    host, _, port = http.rpartition(":")
+    if not host or not port.isdigit():
+        err.print(f"[red bold]error:[/] --http {escape(http)}: give HOST:PORT, for example 127.0.0.1:8765")
+        raise typer.Exit(2)
+    err.print(f"serving {len(tools)} tool(s) at http://{host}:{port}/mcp")
+    anyio.run(serve_http, server, host, int(port))
+
+
 def main() -> None:
     app(prog_name="branchc")

@@ -61,6 +61,17 @@ async def run_tool(
     return await run.run(model)
 
 
+async def server_phase(tool: Tool, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run before() or after(), sync or async; what escapes it is a ToolPhaseError."""
+    try:
+        value = fn(*args)
+        if inspect.isawaitable(value):
+            value = await value
+    except Exception as error:
+        raise ToolPhaseError(tool.name, phase, error) from error
+    return value
+
+
 class _Run:
     def __init__(self, tool: Tool, client: Client, call_id: str, limits: Limits, on_event) -> None:
         self.tool = tool
@@ -104,13 +115,7 @@ class _Run:
         return result
 
     async def _server_phase(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            value = fn(*args)
-            if inspect.isawaitable(value):
-                value = await value
-        except Exception as error:
-            raise ToolPhaseError(self.tool.name, phase, error) from error
-        return value
+        return await server_phase(self.tool, phase, fn, *args)
 
     async def _client_phase(self, handoff: Any) -> Any:
         machine = Machine(self.tool.name, self.call_id, self.limits, self.emit)

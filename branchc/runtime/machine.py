@@ -112,6 +112,23 @@ class Machine:
         self.ok = False
         self.result: Any = None  # the client phase's return value, or the exception that escaped it
 
+    # -- saving between rounds -------------------------------------------------------------------
+
+    _SAVED = ("tool", "call_id", "limits", "samples", "elicits", "groups_made", "branches", "groups", "requests")
+
+    def saved(self) -> dict[str, Any]:
+        """What a round carries to the next (for the snapshot codec); only when every branch waits."""
+        if self.ready or self.outbox:
+            raise RuntimeError("a machine is saved only between steps: advance() it and take its outbox first")
+        return {name: getattr(self, name) for name in self._SAVED}
+
+    @classmethod
+    def restored(cls, saved: dict[str, Any], emit: Any = None) -> Machine:
+        machine = cls(saved["tool"], saved["call_id"], saved["limits"], emit)
+        for name in cls._SAVED:
+            setattr(machine, name, saved[name])
+        return machine
+
     # -- starting and stepping ------------------------------------------------------------------
 
     def start(self, client_fn: Any, handoff: Any, name: str) -> None:

@@ -204,6 +204,7 @@ def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
 
     sys.path.insert(0, root)
     sys.modules.pop(name, None)
+    before = set(sys.modules)
     try:
         with relocation_paused():
             module = importlib.import_module(name)
@@ -211,6 +212,8 @@ def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
         return [], f"importing the compiled module failed: {error!r}"
     finally:
         sys.path.remove(root)
+        for added in set(sys.modules) - before:  # imported unrelocated: a real import must start afresh
+            del sys.modules[added]
     tools = [
         {
             "name": value.name,

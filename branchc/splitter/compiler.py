@@ -77,7 +77,9 @@ class CompiledModule:
     def module_text(self, source_path: str) -> str:
         """The text to write to OUT: the code, and a last line that relocates it when imported."""
         lines = sorted((line, source, delta) for line, (source, delta) in self.line_map.items())
-        return f"{self.code.rstrip()}\n\n_bc_rt.relocate(globals(), {lines!r}, {source_path!r})\n"
+        # on the header's line, so that every line keeps its number
+        code = self.code.replace(_RUNTIME_IMPORT, f"{_RUNTIME_IMPORT}; __file__ = {source_path!r}", 1)
+        return f"{code.rstrip()}\n\n_bc_rt.relocate(globals(), {lines!r}, {source_path!r})\n"
 
 
 def compile_module(source: str, path: str = "<string>") -> CompiledModule:
@@ -163,8 +165,11 @@ def _header_line(tree: ast.Module) -> int:
     return after
 
 
+_RUNTIME_IMPORT = "import branchc.runtime.generator as _bc_rt"
+
+
 def _header(functions: list[CompiledFunction]) -> list[str]:
-    return ["import branchc.runtime.generator as _bc_rt", f"_bc_META = {_meta_table(functions)!r}"]
+    return [_RUNTIME_IMPORT, f"_bc_META = {_meta_table(functions)!r}"]
 
 
 def _splice(
