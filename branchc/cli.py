@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -206,6 +207,12 @@ def compile_(
     err.print(f"compiled {len(result.compiled)} module(s), {len(result.cached)} unchanged, into {escape(str(out))}")
 
 
+class Sampling(StrEnum):
+    client = "client"
+    provider = "provider"
+    auto = "auto"
+
+
 @app.command()
 def serve(
     path: Annotated[Path, typer.Argument(help="Tool sources (a file or a folder) or a build folder.")],
@@ -221,16 +228,47 @@ def serve(
         ),
     ] = None,
     name: Annotated[str, typer.Option("--name", help="The server's name (and request_state audience).")] = "branchc",
+    sampling: Annotated[
+        Sampling,
+        typer.Option(
+            "--sampling",
+            help="Who answers samples: the MCP client, a model endpoint (provider), or the client when it can (auto).",
+        ),
+    ] = Sampling.client,
+    provider_url: Annotated[
+        str | None,
+        typer.Option("--provider-url", envvar="BRANCHC_PROVIDER_URL", help="OpenAI-compatible API base, e.g. …/v1."),
+    ] = None,
+    provider_model: Annotated[
+        str | None, typer.Option("--provider-model", envvar="BRANCHC_PROVIDER_MODEL", help="The model to ask.")
+    ] = None,
+    provider_key: Annotated[
+        str | None, typer.Option("--provider-key", envvar="BRANCHC_PROVIDER_KEY", help="Its API key, if it needs one.")
+    ] = None,
 ) -> None:
     """Serve the tools in PATH to MCP clients, in both protocol eras."""
     from .bridge.loading import load_served_tools
+    from .bridge.provider import ChatCompletionsProvider
     from .bridge.server import create_server
     from .bridge.transport import serve_http, serve_stdio
 
     try:
+        provider = None
+        if sampling is not Sampling.client:
+            if not provider_url or not provider_model:
+                raise CliError(
+                    f"--sampling {sampling.value} needs --provider-url and --provider-model (the model endpoint)"
+                )
+            provider = ChatCompletionsProvider(provider_url, provider_model, api_key=provider_key)
         tools = load_served_tools(path)
-        server = create_server(tools, name=name, state_key=state_key)
-    except (BranchcError, ValueError) as error:
+        server = create_server(
+            tools,
+            name=name,
+            state_key=state_key,
+            sampling=sampling,
+            provider=provider,  # type: ignore[arg-type]
+        )
+    except (BranchcError, CliError, ValueError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
     if http is None:

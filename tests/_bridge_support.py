@@ -107,30 +107,44 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def http_server(path: Path | str, env: dict[str, str], *args: str) -> Iterator[str]:
-    """`branchc serve PATH --http` in a subprocess on a free loopback port; yields its URL, then kills it."""
-    port = free_port()
+def listening(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """Run `command` until it listens on 127.0.0.1:`port`; kill it afterwards."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "branchc", "serve", str(path), "--http", f"127.0.0.1:{port}", *args],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        command, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         deadline = time.monotonic() + 30
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"the server exited: {process.stderr.read().decode()}")
+                raise RuntimeError(f"{command[2:4]} exited: {process.stderr.read().decode()}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError("the server did not start listening in 30 s")
+                raise RuntimeError(f"{command[2:4]} did not start listening in 30 s")
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield process
     finally:
         process.kill()
         process.wait()
         process.stderr.close()
+
+
+@contextlib.contextmanager
+def http_server(path: Path | str, env: dict[str, str], *args: str) -> Iterator[str]:
+    """`branchc serve PATH --http` in a subprocess on a free loopback port; yields its URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "branchc", "serve", str(path), "--http", f"127.0.0.1:{port}", *args]
+    with listening(command, port, env):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@contextlib.contextmanager
+def fake_llm(log: Path) -> Iterator[str]:
+    """The OpenAI-compatible test server (tests/servers/fake_llm.py); yields its API base URL."""
+    port = free_port()
+    script = Path(__file__).parent / "servers" / "fake_llm.py"
+    with listening([sys.executable, str(script), str(port), str(log)], port):
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 async def within(seconds: float, coroutine: Any) -> Any:

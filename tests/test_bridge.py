@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mcp.types as types
 import pytest
-from _bridge_support import EXAMPLES, KEY, TOOLS, Scripted, http_server, native_run, stdio, within
+from _bridge_support import EXAMPLES, KEY, TOOLS, Scripted, fake_llm, http_server, native_run, stdio, within
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
@@ -198,3 +198,35 @@ def test_a_form_mcp_cannot_express_is_refused_when_the_tool_is_loaded(served):
 def test_serving_a_missing_path_says_what_to_give(tmp_path):
     with pytest.raises(ServeLoadError, match="no such file or folder"):
         load_served_tools(Path(tmp_path / "nowhere"))
+
+
+# -- server-side sampling ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_provider_sampling_answers_samples_for_a_client_that_cannot(mode, env, tmp_path):
+    log = tmp_path / "llm.jsonl"
+    elicits = [{"action": "accept", "content": {"card_number": 2}}]
+    client = Scripted({}, elicits)
+    with fake_llm(log) as url:
+        args = ["--sampling", "auto", "--provider-url", url, "--provider-model", "tiny"]
+        async with Client(stdio(TOOLS, env, *args), mode=mode, **client.callbacks(sampling=False)) as session:
+            result = await within(60, session.call_tool("pick_card", EXAMPLES["pick_card"]))
+    value = structured(result)
+    assert value["success"] is True and value["picked"] == "10♠"
+    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [body["model"] for body in sent] == ["tiny"]
+    assert sent[0]["messages"][-1]["content"].startswith("Analyze these cards: 8♥, 10♠")
+    assert client.sampled == []  # the client was never asked to sample
+
+
+async def test_a_failing_provider_is_an_error_at_the_sample(env, tmp_path):
+    source = ECHO.replace('prompt=handoff["word"] * handoff["times"]', 'prompt="please fail"')
+    folder = tmp_path / "failing"
+    folder.mkdir()
+    (folder / "echo_fails.py").write_text(source)
+    with fake_llm(tmp_path / "llm.jsonl") as url:
+        args = ["--sampling", "provider", "--provider-url", url, "--provider-model", "tiny"]
+        async with Client(stdio(folder, env, *args), mode="legacy", **Scripted({}, []).callbacks()) as session:
+            text = error_text(await within(60, session.call_tool("echo", {"word": "hi", "times": 1})))
+    assert "ProviderError: the model endpoint" in text and "answered 500" in text

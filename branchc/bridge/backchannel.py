@@ -32,15 +32,23 @@ def client_capabilities(ctx: ServerRequestContext) -> tuple[frozenset[str], bool
 
 
 class BackchannelClient:
-    def __init__(self, ctx: ServerRequestContext, tool: str) -> None:
+    """`provider`, when given, answers the samples instead of the client (server-side sampling)."""
+
+    def __init__(self, ctx: ServerRequestContext, tool: str, provider: Any = None) -> None:
         self.ctx = ctx
         self.tool = tool
+        self.provider = provider
         self.capabilities, self.sampling_tools = client_capabilities(ctx)
+        if provider is not None:
+            self.capabilities |= {"sampling"}
         self.progress_token = (ctx.meta or {}).get("progress_token")
         self.notified = 0
+        self.converted: dict[int, tuple[Any, Any]] = {}  # message id -> (message, its MCP form)
 
     async def sample(self, request: SampleRequest) -> SampleResult:
-        params = sample_params(request, tools_supported=self.sampling_tools)
+        if self.provider is not None:
+            return await self.provider.sample(request)
+        params = sample_params(request, tools_supported=self.sampling_tools, converted=self.converted)
         result = await self.ctx.session.create_message(**params, related_request_id=self.ctx.request_id)
         return sample_result(result)
 

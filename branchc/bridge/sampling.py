@@ -29,8 +29,13 @@ class SamplingToolsError(ValueError):
     """A sample that offers the model tools, to a client that cannot take them."""
 
 
-def sample_params(request: SampleRequest, *, tools_supported: bool) -> dict[str, Any]:
-    """Keyword arguments for `ServerSession.create_message` (and the 2026-07-28 request params)."""
+def sample_params(
+    request: SampleRequest, *, tools_supported: bool, converted: dict[int, tuple[Any, Any]] | None = None
+) -> dict[str, Any]:
+    """Keyword arguments for `ServerSession.create_message` (and the 2026-07-28 request params).
+
+    `converted` keeps the MCP form of each text message across the samples of one run (messages
+    are immutable, and a history is resent whole at every sample)."""
     if (request.tools or request.tool_choice) and not tools_supported:
         raise SamplingToolsError(
             "this sample offers the model tools, but the client does not declare sampling.tools; "
@@ -42,8 +47,13 @@ def sample_params(request: SampleRequest, *, tools_supported: bool) -> dict[str,
         if isinstance(message, Message):
             if message.role == "system":
                 system.append(message.content)
-            else:
+            elif converted is None:
                 messages.append(_text(message.role, message.content))
+            else:
+                known = converted.get(id(message))
+                if known is None or known[0] is not message:
+                    known = converted[id(message)] = (message, _text(message.role, message.content))
+                messages.append(known[1])
         elif isinstance(message, AssistantToolCallMessage):
             messages.append(_tool_calls(message, tools_supported))
         else:

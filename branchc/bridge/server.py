@@ -28,7 +28,8 @@ from ..runtime.driver import run_tool
 from ..runtime.errors import BranchcError, MissingCapabilityError, ParamsError, ToolPhaseError
 from ..runtime.limits import Limits
 from ..runtime.tool import Tool
-from .backchannel import BackchannelClient
+from .backchannel import BackchannelClient, client_capabilities
+from .provider import ChatCompletionsProvider, SamplingMode
 
 __all__ = ["Bridge", "create_server", "error_result", "where_it_failed"]
 
@@ -72,10 +73,30 @@ def describe_failure(error: BaseException) -> str:
 class Bridge:
     """The tools and the policy; `call_tool` dispatches each call to its era."""
 
-    def __init__(self, tools: Mapping[str, Tool], *, name: str = "branchc", limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        tools: Mapping[str, Tool],
+        *,
+        name: str = "branchc",
+        limits: Limits | None = None,
+        sampling: SamplingMode = "client",
+        provider: ChatCompletionsProvider | None = None,
+    ) -> None:
+        if sampling != "client" and provider is None:
+            raise ValueError(f"sampling={sampling!r} needs a provider: give the model endpoint's URL and model")
         self.tools = dict(tools)
         self.name = name
         self.limits = limits
+        self.sampling = sampling
+        self.provider = provider
+
+    def sampler(self, ctx: ServerRequestContext) -> ChatCompletionsProvider | None:
+        """The provider when it answers this call's samples; None when the client does."""
+        if self.sampling == "provider":
+            return self.provider
+        if self.sampling == "auto" and "sampling" not in client_capabilities(ctx)[0]:
+            return self.provider
+        return None
 
     async def list_tools(self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
         return types.ListToolsResult(
@@ -102,7 +123,11 @@ class Bridge:
             return await run_round(self, ctx, tool, model, params)
         try:
             value = await run_tool(
-                tool, model, BackchannelClient(ctx, tool.name), limits=self.limits, call_id=str(ctx.request_id)
+                tool,
+                model,
+                BackchannelClient(ctx, tool.name, self.sampler(ctx)),
+                limits=self.limits,
+                call_id=str(ctx.request_id),
             )
         except MissingCapabilityError as error:
             return error_result(f"{error}; connect with a client that offers it")
@@ -124,10 +149,16 @@ def state_security(key: str | None) -> RequestStateSecurity:
 
 
 def create_server(
-    tools: Mapping[str, Tool], *, name: str = "branchc", state_key: str | None = None, limits: Limits | None = None
+    tools: Mapping[str, Tool],
+    *,
+    name: str = "branchc",
+    state_key: str | None = None,
+    limits: Limits | None = None,
+    sampling: SamplingMode = "client",
+    provider: ChatCompletionsProvider | None = None,
 ) -> Server:
     """The lowlevel SDK server for `tools`, with the request-state boundary in place."""
-    bridge = Bridge(tools, name=name, limits=limits)
+    bridge = Bridge(tools, name=name, limits=limits, sampling=sampling, provider=provider)
     server = Server(name, version=__version__, on_list_tools=bridge.list_tools, on_call_tool=bridge.call_tool)
     server.middleware.append(RequestStateBoundary(state_security(state_key), default_audience=name))
     server.bridge = bridge  # type: ignore[attr-defined]

@@ -142,7 +142,11 @@ class _Run:
                             asked.pop(key).cancel()
                     if machine.done:
                         break
-                    for request in machine.pending:
+                    pending = machine.pending
+                    if len(pending) == 1 and not asked:  # the common case: one question, asked inline
+                        asked[pending[0].key] = anyio.CancelScope()
+                        await self._ask(pending[0], asked[pending[0].key], send)
+                    for request in pending:
                         if request.key not in asked:
                             asked[request.key] = anyio.CancelScope()
                             group.start_soon(self._ask, request, asked[request.key], send)

@@ -267,7 +267,9 @@ class Machine:
                     f"but only {remaining} of the token budget remain"
                 )
             max_tokens = min(max_tokens, remaining - prompt_tokens)
-        request = SampleRequest(
+        # model_construct: every message is a validated model already, and revalidating the
+        # whole history at every sample made a long conversation quadratic
+        request = SampleRequest.model_construct(
             messages=messages,
             system_prompt=system_prompt,
             max_tokens=max_tokens,
@@ -512,9 +514,10 @@ def _least(a: Any, b: Any) -> Any:
 
 
 def _message_text(message: Any) -> str:
-    text = getattr(message, "content", None) or ""
-    for call in getattr(message, "tool_calls", None) or ():
-        text += call.function.name + json.dumps(call.function.arguments)
+    text = message.content or ""
+    if type(message) is AssistantToolCallMessage:
+        for call in message.tool_calls:
+            text += call.function.name + json.dumps(call.function.arguments)
     return text
 
 

@@ -64,6 +64,9 @@ class ToolResultMessage(_Data):
 
 
 def _message_kind(value: Any) -> str:
+    kind = _KINDS.get(type(value))
+    if kind is not None:  # a model already: no attribute probing (pydantic's __getattr__ is slow)
+        return kind
     get = value.get if isinstance(value, dict) else lambda key, default=None: getattr(value, key, default)
     if get("role") == "tool":
         return "tool_result"
@@ -71,6 +74,8 @@ def _message_kind(value: Any) -> str:
         return "tool_calls"
     return "text"
 
+
+_KINDS = {Message: "text", AssistantToolCallMessage: "tool_calls", ToolResultMessage: "tool_result"}
 
 ExtendedMessage = Annotated[
     Annotated[Message, Tag("text")]

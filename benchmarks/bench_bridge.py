@@ -1,0 +1,214 @@
+"""The bridge's costs, as ratios against baselines measured in the same run.
+
+1. Sampling round trips per second through `branchc serve` (a compiled tool that samples in a
+   loop) against a hand-written handler on the bare SDK making the same calls; both over stdio
+   in a subprocess, handshake era, with the same client answering at once.
+2. The 2026-07-28 era, as a tool's history grows (10, 100, 1,000 rounds): the size of
+   `request_state` and the server's time per round, against a replaying handler (the approach
+   of the SDK's resolvers and of replay engines: the state records every answer so far, and
+   each round runs the flow again from the start, feeding them back).
+
+    python benchmarks/bench_bridge.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import anyio
+import mcp.types as types
+from mcp import Client, StdioServerParameters
+from mcp.server import Server
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+warnings.simplefilter("ignore", MCPDeprecationWarning)
+
+TOOL = textwrap.dedent(
+    """
+    from pydantic import BaseModel
+
+    from branchc import Context, tool
+
+
+    class Params(BaseModel):
+        n: int
+
+
+    loop = tool("loop", params=Params, requires={"sampling"})
+
+
+    @loop.client
+    def client(handoff: dict, ctx: Context):
+        text = ""
+        for i in range(handoff["n"]):
+            reply = yield ctx.sample(prompt=f"step {i}", max_tokens=1)
+            text = reply.text
+        return {"last": text, "turns": len(ctx.messages) // 2}
+    """
+)
+
+BARE = textwrap.dedent(
+    """
+    import anyio
+    import mcp.types as types
+    from mcp.server import Server
+    from mcp.server.stdio import stdio_server
+
+
+    async def list_tools(ctx, params):
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        return types.ListToolsResult(tools=[types.Tool(name="loop", input_schema=schema)])
+
+
+    async def call_tool(ctx, params):
+        history, text = [], ""
+        for i in range(params.arguments["n"]):
+            prompt = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=f"step {i}"))
+            result = await ctx.session.create_message(
+                [*history, prompt], max_tokens=1, related_request_id=ctx.request_id
+            )
+            text = result.content.text
+            history += [prompt, types.SamplingMessage(role="assistant", content=result.content)]
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content={"last": text}
+        )
+
+
+    async def main():
+        server = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+
+    anyio.run(main)
+    """
+)
+
+
+async def answer(ctx, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+
+async def round_trips(command: list[str], n: int, repeat: int) -> float:
+    """Median sampling round trips per second of one tools/call making n samples."""
+    quiet = {**os.environ, "PYTHONWARNINGS": "ignore", "BRANCHC_STATE_KEY": "k" * 40}
+    params = StdioServerParameters(command=command[0], args=command[1:], env=quiet)
+    rates = []
+    async with Client(params, mode="legacy", sampling_callback=answer) as client:
+        await client.call_tool("loop", {"n": 2})  # warm up: imports, first compile of each path
+        for _ in range(repeat):
+            start = time.perf_counter()
+            result = await client.call_tool("loop", {"n": n})
+            rates.append(n / (time.perf_counter() - start))
+            assert not result.is_error, result
+    return statistics.median(rates)
+
+
+def bench_round_trips(folder: Path, n: int, repeat: int) -> None:
+    (folder / "loop_tool.py").write_text(TOOL)
+    (folder / "bare_server.py").write_text(BARE)
+    branchc = [sys.executable, "-m", "branchc", "serve", str(folder / "loop_tool.py")]
+    bare = [sys.executable, str(folder / "bare_server.py")]
+    ours, base = [], []
+    for _ in range(3):  # alternate, so drift in the machine's speed hits both alike
+        base.append(anyio.run(round_trips, bare, n, repeat))
+        ours.append(anyio.run(round_trips, branchc, n, repeat))
+    ours_rate, base_rate = statistics.median(ours), statistics.median(base)
+    print(f"1. sampling round trips over stdio, handshake era ({n} samples per call)")
+    print(
+        f"   bare SDK handler {base_rate:7.0f}/s   branchc serve {ours_rate:7.0f}/s   "
+        f"overhead {base_rate / ours_rate:5.2f}x"
+    )
+
+
+# -- 2026-07-28 rounds -----------------------------------------------------------------------------
+
+
+def replaying_server() -> Server:
+    """The flow of TOOL by replay: request_state lists every answer; each round reruns the loop."""
+
+    async def list_tools(ctx, params):
+        return types.ListToolsResult(tools=[types.Tool(name="loop", input_schema={"type": "object"})])
+
+    async def call_tool(ctx, params):
+        answers = json.loads(params.request_state) if params.request_state else []
+        if params.input_responses:
+            answers.append(params.input_responses["s"].content.text)
+        history: list[types.SamplingMessage] = []
+        for i in range(params.arguments["n"]):
+            prompt = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=f"step {i}"))
+            if i == len(answers):
+                request = types.CreateMessageRequest(
+                    params=types.CreateMessageRequestParams(messages=[*history, prompt], max_tokens=1)
+                )
+                return types.InputRequiredResult(input_requests={"s": request}, request_state=json.dumps(answers))
+            reply = types.TextContent(type="text", text=answers[i])
+            history += [prompt, types.SamplingMessage(role="assistant", content=reply)]
+        return types.CallToolResult(content=[types.TextContent(type="text", text=answers[-1])])
+
+    return Server("replay", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def per_round(server: Server, n: int) -> tuple[float, int]:
+    """(median server time per round in ms, size of the last request_state in bytes), in process."""
+    times: list[float] = []
+    sizes: list[int] = []
+
+    async def sampling(ctx, params):
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+    async with Client(server, mode="2026-07-28", sampling_callback=sampling, input_required_max_rounds=n + 5) as c:
+        session = c.session
+        state, responses = None, None
+        while True:
+            start = time.perf_counter()
+            result = await session.call_tool(
+                "loop", {"n": n}, input_responses=responses, request_state=state, allow_input_required=True
+            )
+            times.append(time.perf_counter() - start)
+            if not isinstance(result, types.InputRequiredResult):
+                break
+            state = result.request_state
+            sizes.append(len(state))
+            (key,) = result.input_requests
+            responses = {key: await sampling(None, None)}
+    return statistics.median(times[-10:]) * 1000, sizes[-1] if sizes else 0
+
+
+def bench_rounds(folder: Path, sizes: list[int]) -> None:
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+
+    tools = load_served_tools(folder / "loop_tool.py")
+    print("2. 2026-07-28 rounds as the history grows (time per round: median of the last 10)")
+    for n in sizes:
+        ours_ms, ours_size = anyio.run(per_round, create_server(tools, state_key="k" * 40), n)
+        base_ms, base_size = anyio.run(per_round, replaying_server(), n)
+        print(
+            f"   {n:5d} rounds: branchc {ours_ms:7.2f} ms/round, request_state {ours_size:8d} B   "
+            f"replay {base_ms:7.2f} ms/round, request_state {base_size:8d} B"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="branchc-bench-") as name:
+        folder = Path(name)
+        os.environ["BRANCHC_CACHE"] = str(folder / "cache")  # the servers compile into it
+        bench_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
+        bench_rounds(folder, [10, 100] if args.quick else [10, 100, 1000])
+
+
+if __name__ == "__main__":
+    main()
