@@ -796,3 +796,199 @@ def test_fuzz_mutated_snapshots(data: st.DataObject) -> None:
 def test_rich_snapshot_decodes() -> None:
     out = decode(json.loads(RICH), allowed_modules=ALLOWED)
     assert out["hands"][0] is out["hands"][1] and out["again"][0] is out["shared"]
+
+
+# ---------------------------------------------------------------------------------------------------- fast paths
+# encode tries an optimistic pass first; encode_plain / decode_plain are short paths for plain data.
+# Whatever they return must be exactly what the full codec makes; otherwise they give up (None).
+
+
+def _careful(roots: dict[str, Any]) -> dict:
+    from branchc.runtime.codec import _encode
+
+    return _encode(roots, None, optimistic=False)
+
+
+def test_the_optimistic_pass_writes_what_the_careful_pass_writes() -> None:
+    rich = _rich_value()
+    assert encode(rich) == _careful(rich)
+    shared: dict[str, Any] = {"a": 1}
+    loop: list[Any] = []
+    loop.append(loop)
+    for roots in ({"a": [shared, shared]}, {"a": shared, "b": [shared]}, {"l": loop}, {"d": {"in": shared}}):
+        assert encode(roots) == _careful(roots)
+    assert all(encode(roots)["objects"] for roots in ({"a": [shared, shared]}, {"l": loop}))
+
+
+def test_an_extension_is_not_asked_about_the_types_it_declines() -> None:
+    asked = []
+
+    def extension(value: Any, child: Any, path: str) -> None:
+        asked.append(type(value))
+
+    extension.declines = frozenset({date})  # type: ignore[attr-defined]
+    data = encode({"d": date(2024, 1, 1), "t": time(1, 2)}, extension=extension)
+    assert asked == [time] and data == encode({"d": date(2024, 1, 1), "t": time(1, 2)})
+
+
+def _shares(x: Any, y: Any) -> bool:
+    """Whether any list or dict inside x is also inside y."""
+
+    def containers(v: Any, out: dict) -> dict:
+        if type(v) in (list, dict) and id(v) not in out:
+            out[id(v)] = v
+            for child in v.values() if type(v) is dict else v:
+                containers(child, out)
+        return out
+
+    return bool(containers(x, {}).keys() & containers(y, {}).keys())
+
+
+def test_plain_encoding_is_the_full_encoding() -> None:
+    from branchc.runtime.codec import encode_plain
+
+    it = iter(range(2, 40, 3))
+    next(it)
+    values: dict[str, Any] = {"history": [{"role": "user", "content": "hi"}, {"role": "a", "content": None}]}
+    values.update(n=3, f=-1.5, t=True, z=None, s="s", nested={"a": [1, [2.5, {"b": {}}], []]}, it=it, empty=[])
+    plain = encode_plain(values)
+    assert plain is not None and plain == encode(values)["roots"]
+    assert not _shares(plain, values)  # copies, never the live lists and dicts
+    assert next(it) == 5  # encoding read the iterator's position without moving it
+
+
+_SHARED, _MESSAGE, _ITERATOR, _CYCLIC = [1], {"x": 1}, iter(range(3)), []
+_CYCLIC.append(_CYCLIC)
+NOT_PLAIN = {
+    "a list held twice": {"a": _SHARED, "b": _SHARED},
+    "a dict held twice": {"a": [_MESSAGE, _MESSAGE]},
+    "an iterator held twice": {"a": _ITERATOR, "b": [_ITERATOR]},
+    "a cycle": {"a": _CYCLIC},
+    "a tuple": {"a": (1, 2)},
+    "a non-str key": {"a": {1: "x"}},
+    "a '$' key": {"a": {"$": 1}},
+    "nan": {"a": [math.nan]},
+    "a big int": {"a": 10**5000},
+    "a list iterator": {"a": iter([1])},
+    "an enum": {"a": fx.Color.RED},
+    "a date": {"a": [date(2024, 1, 1)]},
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_PLAIN))
+def test_plain_encoding_gives_up_on_anything_else(name: str) -> None:
+    from branchc.runtime.codec import encode_plain
+
+    assert encode_plain(NOT_PLAIN[name]) is None
+
+
+python_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=4)
+    | st.sampled_from(["$", "l", "@", "I"])
+    | st.integers(-2, 5).map(lambda n: iter(range(n))),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=2) | st.sampled_from(["$", "t"]) | st.integers(0, 2), children, max_size=3)
+        | st.tuples(children)
+    ),
+    max_leaves=15,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_plain_encoding_is_the_full_encoding_or_none(data: st.DataObject) -> None:
+    from branchc.runtime.codec import encode_plain
+
+    roots = data.draw(st.dictionaries(st.text(max_size=3), python_values, max_size=3))
+    containers = [v for v in _positions_py(roots) if type(v) in (list, dict)]
+    if containers and data.draw(st.booleans()):  # one container held twice
+        roots["again"] = data.draw(st.sampled_from(containers))
+    plain, full = encode_plain(roots), encode(roots)
+    if plain is not None:
+        assert full["objects"] == [] and plain == full["roots"]
+
+
+def _positions_py(x: Any) -> list:
+    out = [x]
+    if type(x) in (list, tuple):
+        for v in x:
+            out += _positions_py(v)
+    elif type(x) is dict:
+        for v in x.values():
+            out += _positions_py(v)
+    return out
+
+
+def _picture(x: Any) -> Any:
+    """canon(), with range iterators compared by where they are."""
+    if type(x) is type(iter(range(0))):
+        return ("range_iterator", x.__reduce__()[1:])
+    if type(x) is list:
+        return ("list", [_picture(v) for v in x])
+    if type(x) is dict:
+        return ("dict", [(k, _picture(v)) for k, v in x.items()])
+    return canon(x)
+
+
+def test_plain_decoding_is_the_full_decoding() -> None:
+    from branchc.runtime.codec import decode_plain
+
+    it = iter(range(2, 40, 3))
+    next(it)
+    values = {"h": [{"r": "u", "c": "x"}, {"r": "a", "c": None}], "n": 3, "f": 1.5, "d": {"a": [1, [2.5, {}]]}}
+    values.update(it=it, e=[])
+    roots = json.loads(json.dumps(encode(values)["roots"]))
+    roots["ctx"] = ["@", {"t": "ctx"}]  # an extension entry
+    marker = object()
+    plain = decode_plain(roots, {"ctx": marker})
+    full = decode({"roots": roots, "objects": []}, allowed_modules=ALLOWED, extension=lambda e, c, p: marker)
+    assert plain is not None and _picture(plain) == _picture(full)
+    assert plain["ctx"] is marker and not _shares(plain, roots)
+    assert decode_plain({"x": ["@", {"t": "ctx", "more": 1}]}, {"ctx": marker}) is None
+    assert decode_plain({"x": ["@", {"t": "other"}]}, {"ctx": marker}) is None
+
+
+class _Tag(str):
+    """A str that is not a str to `decode` (only Python callers can hand one over)."""
+
+
+NOT_PLAIN_JSON = {
+    "a reference": {"a": [0]},
+    "a '$' reference": {"a": {"$": 0}},
+    "a tuple": {"a": ["u", 1]},
+    "a zero step": {"a": ["I", ["rg", 0, 5, 0], 1]},
+    "a bool step": {"a": ["I", ["rg", 0, 5, True], 1]},
+    "no position": {"a": ["I", ["rg", 0, 5, 1]]},
+    "a str subclass tag": {"a": [_Tag("l"), 1]},
+    "a str subclass source tag": {"a": ["I", [_Tag("rg"), 0, 5, 1], 1]},
+    "an empty array": {"a": []},
+    "an unknown tag": {"a": {"k": ["zz"]}},
+    "not JSON": {"a": ["l", date(2024, 1, 1)]},
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_PLAIN_JSON))
+def test_plain_decoding_gives_up_on_anything_else(name: str) -> None:
+    from branchc.runtime.codec import decode_plain
+
+    assert decode_plain(NOT_PLAIN_JSON[name]) is None
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(roots=st.dictionaries(st.text(max_size=3), json_values, max_size=3))
+def test_fuzz_plain_decoding_is_the_full_decoding_or_none(roots: dict) -> None:
+    from branchc.runtime.codec import decode_plain
+
+    plain = decode_plain(roots)
+    try:
+        full = decode({"roots": roots, "objects": []}, allowed_modules=ALLOWED)
+    except SnapshotDataError:
+        assert plain is None
+        return
+    if plain is not None:
+        assert _picture(plain) == _picture(full) and not _shares(plain, roots)

@@ -35,20 +35,32 @@ compiled functions, cells):
 
 - encode: ``extension(value, encode_child, path)`` is called for every value that is not a
   scalar and not of an exact builtin container type (list, dict, tuple, set, frozenset cannot
-  be anything the extension owns; their subclasses do reach it). `path` is like
+  be anything the extension owns; their subclasses do reach it), nor of an exact type in the
+  extension's optional ``declines`` attribute (say `BUILTIN_TYPES`). `path` is like
   ``"history[3]['when']"``. The value is already registered, so a child may refer back to it.
   The extension returns a JSON dict ``{"t": tag, ...}`` (stored as ``["@", entry]``) or None
   to let the codec handle the value; return None before encoding any child.
   ``encode_child(child, child_path)`` returns the child's JSON: put it into the entry as it is
   (no copy): if the child turns out to be shared it is turned into a reference in place.
 - decode: ``extension(entry, decode_child, path)`` is called with that dict and returns the
-  object, or raises SnapshotDataError. ``decode_child(json_value, child_path)`` decodes a child.
-  A child may be a list, dict, model, ... that is still being filled (a cycle runs through the
-  entry): do not look inside it. If the extension's object is mutable and may sit on a cycle,
-  it calls ``decode_child.created(obj)`` before decoding children, so references back get obj.
+  object, or raises SnapshotDataError. ``decode_child(json_value, child_path)`` decodes a child;
+  `child_path` is a str, or a chain ``(parent_path, key, "{!r}-style format")`` that is only
+  formatted (parent text + format.format(key)) if an error names it. A child may be a list,
+  dict, model, ... that is still being filled (a cycle runs through the entry): do not look
+  inside it. If the extension's object is mutable and may sit on a cycle, it calls
+  ``decode_child.created(obj)`` before decoding children, so references back get obj.
 
 Identity is keyed by ``id()`` for the duration of one `encode` call (values are alive through
 the roots; temporaries made by the codec or handed to encode_child are kept alive meanwhile).
+`encode` first tries an optimistic pass that writes lists and str-keyed dicts without its memo
+and only checks, at the end, that none of them came twice; if one did (sharing, a cycle), it
+encodes again with the memo. The output is the same either way (an extension may be asked
+twice about the same value, so it should not count on being asked once).
+
+Fast paths: `encode_plain(values)` / `decode_plain(values)` do what `encode` / `decode` do, for
+graphs of plain data only (scalars, lists and str-keyed dicts of them, range iterators, no
+sharing), in much less code; they return None for anything else, and the caller then runs the
+full codec, which also reports any error.
 
 Limits: nesting depth is bounded by Python's recursion limit; a dict or set whose hashing
 needs an object that sits on a cycle through that same dict or set cannot be restored; set and
@@ -84,7 +96,15 @@ from pydantic import BaseModel
 
 from .errors import BranchcError
 
-__all__ = ["NotSerializableError", "SnapshotDataError", "decode", "encode"]
+__all__ = [
+    "BUILTIN_TYPES",
+    "NotSerializableError",
+    "SnapshotDataError",
+    "decode",
+    "decode_plain",
+    "encode",
+    "encode_plain",
+]
 
 
 class NotSerializableError(BranchcError, TypeError):
@@ -112,12 +132,19 @@ DecodeExtension = Callable[[dict, Callable[[Any, str], Any], str], Any]
 
 # Paths are built only when needed: a chain (parent, key) or (parent, key, format) down from a root name.
 def _fmt(path: Any) -> str:
+    if type(path) is str:
+        return path
     parts = []
     while type(path) is tuple:
-        path, key, *how = path
-        parts.append(how[0].format(key) if how else f"[{key!r}]")
+        if len(path) == 2:
+            path, key = path
+            parts.append(f"[{key!r}]")
+        else:
+            path, key, how = path
+            parts.append(how.format(key))
     parts.append(str(path))
-    return "".join(reversed(parts))
+    parts.reverse()
+    return "".join(parts)
 
 
 _ATTR = ".{}"
@@ -134,6 +161,7 @@ def _type_name(t: type) -> str:
 
 # Integers beyond this do not survive json.dumps (sys.int_max_str_digits); they travel as hex.
 _BIG = 1 << 13_000
+_NEG_BIG = -_BIG  # once: negating it in every check would build a 13000-bit int each time
 _INLINE = frozenset({str, bool, type(None)})
 _PLAIN = frozenset({list, dict, tuple, set, frozenset})
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -144,6 +172,7 @@ _SEQ_ITERATORS = {
     for x in ([], (), range(0), range(1 << 70), "a", "é", b"", bytearray(), {}, {}.values(), {}.items(), set())
 } | {type(reversed(x)) for x in ([], (), {}, {}.values(), {}.items())}
 _ITER_SOURCES = (list, tuple, str, bytes, bytearray, range)
+_SEQUENCES = frozenset(_ITER_SOURCES)
 # map/filter travel only with one of these functions (none of them runs code named by data).
 _SAFE_FUNCS: dict[str, Any] = {
     f.__qualname__: f
@@ -205,22 +234,78 @@ def _class_ref(t: type, path: Any) -> str:
     return ref
 
 
-class _Encoder:
-    __slots__ = ("enc", "extension", "keep", "memo", "shared")
+def _tree(seen: list[int], leaf: Callable[[Any, Any], Any], x: Any, path: Any) -> Any:
+    """The JSON of x, writing lists and str-keyed dicts without a memo: their ids go to `seen`, for
+    the caller to check that none came twice. Anything else goes to leaf(value, path). A dict of
+    str/bool/None (a message, say) is checked and copied in one go: these are most of the data."""
+    t = type(x)
+    if t is list:
+        mark = seen.append
+        mark(id(x))
+        out = ["l"]
+        append = out.append
+        for v in x:
+            if type(v) is dict:  # the dict case below, inline, for the common dict of strings
+                for k, w in v.items():
+                    if type(k) is not str or (type(w) is not str and type(w) not in _INLINE):
+                        break
+                else:
+                    if "$" not in v:
+                        mark(id(v))
+                        append(v.copy())
+                        continue
+            elif type(v) in _INLINE:
+                append(v)
+                continue
+            append(_tree(seen, leaf, v, (path, len(out) - 1)))
+        return out
+    if t is dict:
+        scalars = True
+        for k, v in x.items():
+            if type(k) is not str:
+                return leaf(x, path)
+            if scalars and type(v) not in _INLINE:
+                t = type(v)
+                scalars = (t is int and _NEG_BIG < v < _BIG) or (t is float and v - v == 0.0)
+        if "$" in x:
+            return leaf(x, path)
+        seen.append(id(x))
+        if scalars:
+            return x.copy()  # a new dict; its values are immutable scalars
+        fields = {}
+        for k, v in x.items():  # a loop, not a comprehension, which would turn the arguments into cells
+            fields[k] = v if type(v) in _INLINE else _tree(seen, leaf, v, (path, k))
+        return fields
+    return leaf(x, path)
 
-    def __init__(self, extension: Extension | None) -> None:
+
+class _Again(Exception):
+    """The optimistic pass met a list or dict twice (shared, or on a cycle): encode again, carefully."""
+
+
+class _Encoder:
+    """One encoding. The optimistic pass writes lists and str-keyed dicts through `_tree`, without the
+    memo; finish() checks that none came twice, else `encode` starts over with the careful pass, which
+    memoizes everything. Sharing is rare; the memo is not cheap."""
+
+    __slots__ = ("declines", "enc", "extension", "keep", "memo", "seen", "shared")
+
+    def __init__(self, extension: Extension | None, optimistic: bool) -> None:
         self.memo: dict[int, Any] = {}  # id -> its JSON (written once, in place) or its table index
         self.shared: list[Any] = []  # the JSON of values met twice; becomes "objects"
         self.keep: list[Any] = []  # temporaries (the codec's and the extension's), so no id() is reused
+        self.seen: list[int] = []  # optimistic pass: ids of the lists and dicts _tree wrote
         self.extension = extension
-        self.enc = self.encode  # one bound method, handed to handlers
+        self.declines = getattr(extension, "declines", ())
+        # enc(x, path) is what handlers call for a child
+        self.enc = partial(_tree, self.seen, self.encode) if optimistic else self.encode
 
     def encode(self, x: Any, path: Any) -> Any:
         """The JSON of x: itself if scalar, its tagged form the first time, a reference after."""
         t = type(x)
         if t in _INLINE:
             return x
-        if t is int and -_BIG < x < _BIG:
+        if t is int and _NEG_BIG < x < _BIG:
             return x
         if t is float:
             return x if x - x == 0.0 else ["f", "nan" if x != x else ("inf" if x > 0 else "-inf")]
@@ -248,7 +333,7 @@ class _Encoder:
                     for k, v in x.items():
                         out[k] = v if type(v) in _INLINE else enc(v, (path, k))
                     return out
-        elif self.extension is not None and t not in _PLAIN:
+        elif self.extension is not None and t not in _PLAIN and t not in self.declines:
             out = self.memo[key] = ["@"]
             entry = self.extension(x, self.child, _fmt(path))
             if entry is not None:
@@ -267,6 +352,9 @@ class _Encoder:
 
     def child(self, x: Any, path: str) -> Any:
         """encode_child for the extension; what it hands over may be a temporary, so it is kept alive."""
+        t = type(x)
+        if t in _INLINE or (t is int and _NEG_BIG < x < _BIG):
+            return x
         self.keep.append(x)
         return self.enc(x, path)
 
@@ -281,6 +369,8 @@ class _Encoder:
 
     def finish(self) -> list:
         """Move every shared value's JSON to the table and leave a reference where it was first written."""
+        if len(set(self.seen)) != len(self.seen):
+            raise _Again  # only the optimistic pass fills `seen`
         objects = []
         for index, out in enumerate(self.shared):
             if type(out) is list:
@@ -469,6 +559,14 @@ def _parts(*getters: Callable[[Any], Any]) -> Callable[[_Encoder, Any, Any, list
     return lambda e, x, path, out: e.items([get(x) for get in getters], path, out)
 
 
+def _range(e: _Encoder, x: range, path: Any, out: list) -> None:
+    parts = (x.start, x.stop, x.step)
+    if _NEG_BIG < min(parts) and max(parts) < _BIG:
+        out += parts
+    else:
+        e.items(parts, path, out)
+
+
 def _set_items(e: _Encoder, x: Any, path: Any, out: list) -> None:
     enc = e.enc
     out += [v if type(v) in _INLINE else enc(v, (path, i, "<item {}>")) for i, v in enumerate(x)]
@@ -499,7 +597,7 @@ _ENCODERS: dict[type, _Enc] = {
     uuid.UUID: _Enc("uu", lambda e, x, path, out: out.append(x.hex)),
     Fraction: _Enc("fr", _parts(lambda x: x.numerator, lambda x: x.denominator)),
     complex: _Enc("c", _parts(lambda x: x.real, lambda x: x.imag)),
-    range: _Enc("rg", _parts(lambda x: x.start, lambda x: x.stop, lambda x: x.step)),
+    range: _Enc("rg", _range),
     **dict.fromkeys(_SEQ_ITERATORS | {reversed}, _Enc("I", _seq_iter)),
     enumerate: _Enc("en", _reduced),
     zip: _Enc("zp", _zip),
@@ -509,6 +607,10 @@ _ENCODERS: dict[type, _Enc] = {
     map: _Enc("mp", _mapped),
     filter: _Enc("fl", _mapped),
 }
+
+
+#: The exact types the codec writes itself: an extension is asked about them, but never owns them.
+BUILTIN_TYPES = frozenset(_ENCODERS)
 
 
 def _encoder_for(t: type) -> _Enc | None:
@@ -529,15 +631,27 @@ def _encoder_for(t: type) -> _Enc | None:
 
 def encode(roots: dict[str, Any], *, extension: Extension | None = None) -> dict:
     """Encode named root values as one object graph; json.dumps of the result always succeeds."""
-    e = _Encoder(extension)
+    try:
+        return _encode(roots, extension, optimistic=True)
+    except _Again:
+        return _encode(roots, extension, optimistic=False)
+
+
+def _encode(roots: dict[str, Any], extension: Extension | None, optimistic: bool) -> dict:
+    e = _Encoder(extension, optimistic)
     out = {}
-    for name, value in roots.items():
-        try:
-            out[name] = e.enc(value, name)
-        except RecursionError:
-            hint = "it is nested too deeply for a snapshot; flatten it"
-            raise NotSerializableError(name, _type_name(type(value)), hint) from None
-    return {"roots": out, "objects": e.finish()}
+    try:
+        for name, value in roots.items():
+            try:
+                out[name] = e.enc(value, name)
+            except RecursionError:
+                if optimistic:  # perhaps a cycle through plain lists and dicts, which only the memo ends
+                    raise _Again from None
+                hint = "it is nested too deeply for a snapshot; flatten it"
+                raise NotSerializableError(name, _type_name(type(value)), hint) from None
+        return {"roots": out, "objects": e.finish()}
+    finally:
+        del e.enc  # a cycle through the encoder: broken, so it is freed now, not by the garbage collector
 
 
 # ---------------------------------------------------------------------------------------------------- decode
@@ -605,6 +719,12 @@ class _Decoder:
         if t is dict:
             if "$" in x:
                 return self.ref(x["$"] if len(x) == 1 else None, path, slot)
+            if slot is None and not self.depth:  # nothing can refer back to it: copy a dict of scalars
+                for v in x.values():
+                    if type(v) not in _SCALARS:
+                        break
+                else:
+                    return x.copy()
             out = {}
             if slot is not None or self.depth:
                 self.shell(x, slot, out)
@@ -659,8 +779,12 @@ class _Decoder:
         return self.shell(node, slot, obj) if type(known) is _Mark else known
 
     def items(self, x: list, path: Any, start: int) -> list:
+        out = x[start:]
         val = self.val
-        return [v if type(v) in _SCALARS else val(v, (path, i)) for i, v in enumerate(x[start:], start)]
+        for i, v in enumerate(out):
+            if type(v) not in _SCALARS:
+                out[i] = val(v, (path, i + start))
+        return out
 
     def fill(self, out: dict, src: Any, path: Any, allowed: Any = None) -> dict:
         """Decode a str-keyed payload of values into `out` (registered first, so cycles see it)."""
@@ -723,12 +847,33 @@ def _call(path: Any, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except Exception as error:
-        raise SnapshotDataError(_fmt(path), f"cannot restore: {type(error).__name__}: {error}") from None
+        raise _refused(path, error) from None
+
+
+def _refused(path: Any, error: Exception) -> SnapshotDataError:
+    return SnapshotDataError(_fmt(path), f"cannot restore: {type(error).__name__}: {error}")
 
 
 def _dec_list(d: _Decoder, x: list, path: Any, slot: int | None) -> list:
-    out = d.shell(x, slot, [])
-    out += d.items(x, path, 1)
+    if slot is not None or d.depth:
+        out = d.shell(x, slot, [])
+        out += d.items(x, path, 1)
+        return out
+    # Outside the table nothing can refer back to it; a dict of scalars (a message) is copied whole.
+    out = x[1:]
+    val = d.val
+    for i, v in enumerate(out):
+        t = type(v)
+        if t in _SCALARS:
+            continue
+        if t is dict and "$" not in v:
+            for w in v.values():
+                if type(w) not in _SCALARS:
+                    break
+            else:
+                out[i] = v.copy()
+                continue
+        out[i] = val(v, (path, i + 1))
     return out
 
 
@@ -751,11 +896,20 @@ def _dec_set(d: _Decoder, x: list, path: Any, slot: int | None) -> set:
 def _parts(*kinds: tuple[Any, str], optional: int = 0) -> Callable[[list, Any, _Decoder], list]:
     """Decode and type-check a fixed list of parts (the last `optional` ones may be missing)."""
 
+    low, high = len(kinds) - optional, len(kinds)
+    # Exact types that pass _want as they are (it still judges the others: subclasses, bool).
+    exact = [frozenset(kind if type(kind) is tuple else (kind,)) - ({bool} - {kind}) for kind, _ in kinds]
+
     def parts(d: _Decoder, x: list, path: Any) -> list:
-        _shape(x, path, len(kinds) - optional, len(kinds))
-        values = d.items(x, path, 1)
-        for i, (value, (kind, what)) in enumerate(zip(values, kinds, strict=False), 1):
-            _want(value, kind, path, i, what)
+        if not low <= len(x) - 1 <= high:
+            _shape(x, path, low, high)
+        values = x[1:]  # d.items(x, path, 1), inline
+        for i, value in enumerate(values):
+            if type(value) not in _SCALARS:
+                values[i] = d.val(value, (path, i + 1))
+        for i, value in enumerate(values):
+            if type(value) not in exact[i]:
+                _want(value, kinds[i][0], path, i + 1, kinds[i][1])
         return values
 
     return parts
@@ -770,7 +924,15 @@ _OPT_TEXT = ((str, type(None)), "a string or null")
 def _simple(fn: Callable, *kinds: tuple[Any, str], optional: int = 0) -> Callable:
     """A builtin type rebuilt by calling `fn` on its checked parts."""
     parts = _parts(*kinds, optional=optional)
-    return lambda d, x, path, slot: _call(path, fn, *parts(d, x, path))
+
+    def handler(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+        args = parts(d, x, path)
+        try:
+            return fn(*args)
+        except Exception as error:
+            raise _refused(path, error) from None
+
+    return handler
 
 
 def _b64decode(text: str) -> bytes:
@@ -791,17 +953,21 @@ def _dec_clock(kind: type) -> Callable:
     return handler
 
 
+_TIMEZONE_PARTS = _parts(_INT, _INT, _TEXT, optional=1)
+
+
 def _dec_timezone(d: _Decoder, x: list, path: Any, slot: int | None) -> timezone:
-    seconds, micros, *name = _parts(_INT, _INT, _TEXT, optional=1)(d, x, path)
+    seconds, micros, *name = _TIMEZONE_PARTS(d, x, path)
     return _call(path, timezone, _call(path, timedelta, seconds=seconds, microseconds=micros), *name)
 
 
+_TEXT_PART = _parts(_TEXT)
 _ZONE_KEY = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
 
 
 def _dec_zoneinfo(d: _Decoder, x: list, path: Any, slot: int | None) -> ZoneInfo:
     """A zone from the system's tz files; from the tzdata package (an import) only if "tzdata" is allowed."""
-    (key,) = _parts(_TEXT)(d, x, path)
+    (key,) = _TEXT_PART(d, x, path)
     if not _ZONE_KEY.fullmatch(key):
         raise SnapshotDataError(_fmt((path, 1)), f"not a time zone key: {_show(key)}")
     if "tzdata" not in d.allowed and not any(os.path.isfile(os.path.join(root, key)) for root in TZPATH):
@@ -888,8 +1054,12 @@ def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseExc
     return obj
 
 
+_DICT_ITER_PARTS = _parts((list, "a list of what is left"))
+_SEQ_ITER_PARTS = _parts((_ITER_SOURCES, "a sequence"), _INT, optional=1)
+
+
 def _dec_dict_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
-    (left,) = _parts((list, "a list of what is left"))(d, x, path)
+    (left,) = _DICT_ITER_PARTS(d, x, path)
     if x[0] == "DK":
         return _call(path, lambda: iter(dict.fromkeys(left)))
     if x[0] == "DV":
@@ -901,12 +1071,16 @@ def _dec_dict_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
 
 def _dec_seq_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     reverse = x[0] == "R"
-    source, *position = _parts((_ITER_SOURCES, "a sequence"), _INT, optional=1)(d, x, path)
+    source, *position = _SEQ_ITER_PARTS(d, x, path)
     if reverse and type(source) is range:
         raise SnapshotDataError(_fmt((path, 1)), "a reversed range is a forward iterator over another range")
-    it = _call(path, reversed if reverse else iter, source)
+    start = reversed if reverse else iter
+    it = start(source) if type(source) in _SEQUENCES else _call(path, start, source)  # these cannot refuse
     if position:
-        _call((path, 2), it.__setstate__, position[0])
+        try:
+            it.__setstate__(position[0])
+        except Exception as error:
+            raise _refused((path, 2), error) from None
     return it
 
 
@@ -942,7 +1116,8 @@ def _dec_mapped(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
 
 
 def _dec_extension(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
-    _shape(x, path, 1)
+    if len(x) != 2:
+        _shape(x, path, 1)
     if d.extension is None or type(x[1]) is not dict:
         raise SnapshotDataError(_fmt((path, 1)), "an extension entry, but no codec extension was given")
     return d.extension(x[1], _Child(d, x, slot), _fmt((path, 1)))
@@ -989,9 +1164,12 @@ _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
 }
 
 
+_GRAPH_FIELDS = frozenset({"roots", "objects"})
+
+
 def decode(data: Any, *, allowed_modules: frozenset[str], extension: DecodeExtension | None = None) -> dict[str, Any]:
     """Rebuild the roots from what `encode` made (after any JSON round trip); see the module docstring."""
-    if type(data) is not dict or data.keys() != {"roots", "objects"}:
+    if type(data) is not dict or data.keys() != _GRAPH_FIELDS:
         raise SnapshotDataError("data", f'expected {{"roots": {{...}}, "objects": [...]}}, got {_show(data)}')
     roots, objects = data["roots"], data["objects"]
     if type(roots) is not dict:
@@ -1006,4 +1184,122 @@ def decode(data: Any, *, allowed_modules: frozenset[str], extension: DecodeExten
                 d.ref(n, "objects", None)
     except RecursionError:
         raise SnapshotDataError("data", "nested too deeply to rebuild") from None
+    finally:
+        del d.val  # a cycle through the decoder: broken, so it is freed now, not by the garbage collector
     return out
+
+
+# ---------------------------------------------------------------------------------------------------- plain data
+# Most of what a suspended generator holds is plain data: scalars, lists and str-keyed dicts of them,
+# and the range iterators of its for loops. These two functions write and read exactly what
+# `encode` and `decode` do for such values, in one small recursive function each (few frames, no
+# memo), and give up (None) at anything else, so that the caller runs the full codec instead. They
+# never raise for a value they do not take: errors and their paths stay the full codec's.
+
+
+class _NotPlain(Exception):
+    """A value the plain fast path does not take."""
+
+
+_RANGE_ITERATOR = type(iter(range(0)))
+_RANGE_REDUCES = _RANGE_ITERATOR.__reduce__ is not object.__reduce__  # as _reduce checks it
+
+
+def encode_plain(values: dict[str, Any], extras: dict[type, dict] | None = None) -> dict[str, Any] | None:
+    """What `encode(values)["roots"]` would be, when "objects" would be empty: every value plain and
+    no list, dict or iterator met twice; else None. `extras` maps exact types to the extension entry
+    that every instance gets (written as ``["@", entry]``, a copy each time)."""
+    seen: list[int] = []  # ids of the containers written: one met twice is shared (or on a cycle)
+
+    def leaf(x: Any, path: Any) -> Any:
+        t = type(x)
+        if t is int:
+            if _NEG_BIG < x < _BIG:
+                return x
+        elif t is float:
+            if x - x == 0.0:
+                return x
+        elif t is _RANGE_ITERATOR and _RANGE_REDUCES:  # its bounds are C longs: never big ints
+            seen.append(id(x))
+            _, (source,), position = x.__reduce__()
+            return ["I", ["rg", source.start, source.stop, source.step], position]
+        elif extras is not None and t in extras:
+            seen.append(id(x))
+            return ["@", dict(extras[t])]
+        raise _NotPlain
+
+    out = {}
+    try:
+        for k, v in values.items():
+            t = type(v)
+            if t in _INLINE or (t is int and _NEG_BIG < v < _BIG):
+                out[k] = v
+            else:
+                out[k] = _tree(seen, leaf, v, k) if t is list or t is dict else leaf(v, k)
+    except (_NotPlain, RecursionError):
+        return None
+    return out if len(set(seen)) == len(seen) else None
+
+
+def decode_plain(values: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What `decode` would rebuild from these roots (with no "objects"), when all are plain; else
+    None. `extras` maps the tag of an extension entry that has no other field to its object."""
+    out = {}
+    try:
+        for k, v in values.items():
+            out[k] = v if type(v) in _SCALARS else _unplain(v, extras)
+    except (_NotPlain, RecursionError):
+        return None
+    return out
+
+
+def _unplain(x: Any, extras: dict[str, Any] | None) -> Any:
+    t = type(x)
+    if t in _SCALARS:
+        return x
+    if t is dict:
+        if "$" in x:
+            raise _NotPlain
+        for v in x.values():
+            if type(v) not in _SCALARS:
+                return {k: v if type(v) in _SCALARS else _unplain(v, extras) for k, v in x.items()}
+        return x.copy()
+    if t is not list or not x or type(x[0]) is not str:
+        raise _NotPlain
+    tag = x[0]
+    if tag == "l":
+        out = []
+        append = out.append
+        items = iter(x)
+        next(items)  # the tag
+        for v in items:
+            if type(v) is dict:  # a dict of scalars (a message, say), inline
+                if "$" not in v:
+                    for w in v.values():
+                        if type(w) is not str and type(w) not in _SCALARS:
+                            break
+                    else:
+                        append(v.copy())
+                        continue
+            elif type(v) in _SCALARS:
+                append(v)
+                continue
+            append(_unplain(v, extras))
+        return out
+    if tag == "I" and len(x) == 3:
+        source, position = x[1], x[2]
+        if type(source) is list and len(source) == 4 and type(position) is int:
+            rg, start, stop, step = source  # exact types: a str subclass is no tag to `decode`, a bool no int
+            if type(rg) is str and rg == "rg" and type(start) is int and type(stop) is int and type(step) is int:
+                if step:
+                    it = iter(range(start, stop, step))
+                    try:
+                        it.__setstate__(position)
+                    except Exception:
+                        raise _NotPlain from None
+                    return it
+    elif tag == "@" and len(x) == 2 and extras is not None:
+        entry = x[1]
+        if type(entry) is dict and len(entry) == 1 and type(entry.get("t")) is str and entry["t"] in extras:
+            return extras[entry["t"]]
+    raise _NotPlain

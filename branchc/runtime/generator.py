@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import builtins
 import importlib
-import inspect
 import itertools
 import sys
 import types
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
@@ -72,7 +72,7 @@ class FunctionMeta:
     live: dict[int, frozenset[str]] = field(default_factory=dict)
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
 
-    @property
+    @cached_property
     def ref(self) -> str:
         return f"{self.module}:{self.qualname}"
 
@@ -97,6 +97,11 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
 
 
 _BY_CODE: dict[types.CodeType, FunctionMeta] = {}
+# The same by id(): hashing a code object walks its constants, each time. Registered code objects
+# stay alive (they are keys above), so an id found here is that code's own.
+_BY_CODE_ID: dict[int, FunctionMeta] = {}
+
+
 #: modules that define compiled functions in this process (the default resume allowlist)
 COMPILED_MODULES: set[str] = set()
 #: code of functions nested in a compiled body -> (that function, path through co_consts)
@@ -137,7 +142,7 @@ def compiled(table: dict[str, dict], qualname: str):
         fn.__branchc_table__ = (table, qualname)  # type: ignore[attr-defined]
         body = next(c for c in fn.__code__.co_consts if isinstance(c, types.CodeType) and _is_body(c))
         meta = _make_meta(table[qualname], fn.__module__, qualname, body, fn.__globals__)
-        _BY_CODE[body] = meta
+        _BY_CODE[body] = _BY_CODE_ID[id(body)] = meta
         _BY_REF[meta.ref] = meta  # a reloaded module replaces the old one
         COMPILED_MODULES.add(meta.module)
         _register_nested(meta)
@@ -183,7 +188,8 @@ class ResumableGenerator:
 
     @property
     def meta(self) -> FunctionMeta:
-        return _BY_CODE[self._gen.gi_code]
+        code = self._gen.gi_code
+        return _BY_CODE_ID.get(id(code)) or _BY_CODE[code]
 
     @property
     def source_location(self) -> str:
@@ -204,20 +210,24 @@ class ResumableGenerator:
         if frame is None:
             return "done", 0, {}
         local_values = frame.f_locals
-        if inspect.getgeneratorstate(gen) == inspect.GEN_CREATED:
+        if not gen.gi_suspended:  # not running, not finished: created
             skip = _FRAME_INTERNALS.union(gen.gi_code.co_freevars)
             return "created", 0, {k: v for k, v in local_values.items() if k not in skip}
         label = local_values["_bc_label"]
-        live = _BY_CODE[gen.gi_code].live.get(label)
+        code = gen.gi_code
+        live = (_BY_CODE_ID.get(id(code)) or _BY_CODE[code]).live.get(label)
         if live is None:
-            values = {k: v for k, v in local_values.items() if k not in _FRAME_INTERNALS}
-        else:
-            values = {k: local_values[k] for k in live if k in local_values}
+            return "suspended", label, {k: v for k, v in local_values.items() if k not in _FRAME_INTERNALS}
+        values = {}
+        for k in live:
+            if k in local_values:
+                values[k] = local_values[k]
         return "suspended", label, values
 
     def free_values(self) -> dict[str, types.CellType]:
         """The body's closure by name: cells of captured variables, and of enclosing functions."""
-        return dict(zip(self._body.__code__.co_freevars, self._body.__closure__ or (), strict=True))
+        closure = self._body.__closure__
+        return dict(zip(self._body.__code__.co_freevars, closure, strict=True)) if closure else {}
 
 
 _FRAME_INTERNALS = frozenset({"_bc_T", "_bc_R", "_bc_L", "_bc_label"})
@@ -304,6 +314,9 @@ class _Resume:
 
 def lookup(ref: str, code_hash: str, allowed_modules: frozenset[str] | None = None) -> FunctionMeta:
     """The compiled function named `module:qualname`, importing its module only if allowed."""
+    meta = _BY_REF.get(ref) if type(ref) is str else None
+    if meta is not None and meta.hash == code_hash:
+        return meta  # the common case, in short
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise SnapshotError(f"fn: {ref!r} is not 'module:qualname'")
     meta = _BY_REF.get(ref)
@@ -349,7 +362,7 @@ def _find_nested(ref: str) -> FunctionMeta | None:
         code = codes.pop()
         if code.co_qualname in targets and _is_body(code):
             meta = _make_meta(table[qualname], module_name, qualname, code, vars(module))
-            _BY_CODE[code] = meta
+            _BY_CODE[code] = _BY_CODE_ID[id(code)] = meta
             _BY_REF[ref] = meta
             _register_nested(meta)
             return meta
@@ -358,18 +371,29 @@ def _find_nested(ref: str) -> FunctionMeta | None:
 
 
 def make_generator(
-    meta: FunctionMeta, state: str, label: int, values: dict[str, Any], free: dict[str, types.CellType]
+    meta: FunctionMeta,
+    state: str,
+    label: int,
+    values: dict[str, Any],
+    free: dict[str, types.CellType],
+    into: ResumableGenerator | None = None,
 ) -> ResumableGenerator:
-    """Rebuild a compiled generator from its raw continuation (no encoding involved)."""
+    """Rebuild a compiled generator from its raw continuation (no encoding involved); `into` is
+    an empty ResumableGenerator to fill (resume made it first, so that references to it work)."""
     code = meta.body_code
-    closure = tuple(free[n] if n in free else types.CellType() for n in code.co_freevars)
-    body = types.FunctionType(code, meta.globals, code.co_name, None, closure or None)
+    freevars = code.co_freevars
+    closure = tuple(free[n] if n in free else types.CellType() for n in freevars) if freevars else None
+    body = types.FunctionType(code, meta.globals, code.co_name, None, closure)
     nargs = code.co_argcount - 1
     if state == "created":  # not started: the arguments are simply its parameters
         gen = body(*(values.get(n) for n in code.co_varnames[:nargs]), None)
     else:
         gen = body(*([None] * nargs), _Resume(label, values))
-    wrapper = ResumableGenerator(gen, body)
+    if into is None:
+        wrapper = ResumableGenerator(gen, body)
+    else:
+        wrapper = into
+        wrapper.__init__(gen, body)
     if state == "suspended":
         gen.send(None)  # runs the prologue and stops at the label: suspended exactly as snapshotted
     elif state == "done":

@@ -8,6 +8,11 @@ The graph (see codec.py) holds the generator as an entry
 progress, or one held in a variable) are entries of the same graph, so identity
 and cycles survive. The runtime's Context handle travels as `{"t": "ctx"}` and is
 re-bound on resume, never copied.
+
+Most snapshots are of one generator holding plain data (messages, counters, its loops' range
+iterators, the Context): `snapshot` and `resume` first try a short path for exactly that
+(`_plain_snapshot`, `_plain_resume`, on codec.encode_plain / decode_plain), which writes and
+reads the same data as the full path; anything else, including every error, goes the full way.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ import sys
 import types
 from typing import Any
 
-from .codec import NotSerializableError, SnapshotDataError, decode, encode
-from .context import Context
+from .codec import BUILTIN_TYPES, NotSerializableError, SnapshotDataError, decode, decode_plain, encode, encode_plain
+from .context import BranchState, Context
 from .generator import (
     COMPILED_MODULES,
     NESTED_CODE,
@@ -77,30 +82,34 @@ def _function_ref(value: Any) -> str | None:
     return f"{module}:{qualname}" if target is value else None
 
 
+def _encode_generator(value: ResumableGenerator, child) -> dict:
+    state, label, values = value.state()
+    meta = value.meta
+    try:
+        encoded = {k: child(v, k) for k, v in values.items()}
+        free = {k: child(v, k) for k, v in value.free_values().items()}
+    except NotSerializableError as error:
+        variable = error.path.split("[", 1)[0].split(".", 1)[0]
+        where = value.source_location
+        raise NotSerializableError(
+            f"{meta.qualname} (waiting at {where}): {_describe(variable)}, at {error.path}",
+            error.type_name,
+            error.hint,
+        ) from None
+    return {
+        "t": "gen",
+        "fn": meta.ref,
+        "hash": meta.hash,
+        "state": state,
+        "label": label,
+        "vars": encoded,
+        "free": free,
+    }
+
+
 def _encode_extension(value: Any, child, path: str) -> dict | None:
     if isinstance(value, ResumableGenerator):
-        state, label, values = value.state()
-        meta = value.meta
-        try:
-            encoded = {k: child(v, k) for k, v in values.items()}
-            free = {k: child(v, k) for k, v in value.free_values().items()}
-        except NotSerializableError as error:
-            variable = error.path.split("[", 1)[0].split(".", 1)[0]
-            where = value.source_location
-            raise NotSerializableError(
-                f"{meta.qualname} (waiting at {where}): {_describe(variable)}, at {error.path}",
-                error.type_name,
-                error.hint,
-            ) from None
-        return {
-            "t": "gen",
-            "fn": meta.ref,
-            "hash": meta.hash,
-            "state": state,
-            "label": label,
-            "vars": encoded,
-            "free": free,
-        }
+        return _encode_generator(value, child)
     if isinstance(value, Context):
         return {"t": "ctx"}
     if isinstance(value, types.CellType):
@@ -130,8 +139,48 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
     return None
 
 
+_encode_extension.declines = BUILTIN_TYPES  # type: ignore[attr-defined]  # never ours: the codec need not ask
+
+
+def _encode_run_extension(value: Any, child, path: str) -> dict | None:
+    """As `_encode_extension`, but a Context travels with its branch state (a run has many)."""
+    if isinstance(value, Context):
+        return {"t": "ctx", "branch": child(value._branch, (path, "branch", _ATTR))}
+    return _encode_extension(value, child, path)
+
+
+_encode_run_extension.declines = BUILTIN_TYPES  # type: ignore[attr-defined]
+
+
+def encode_graph(roots: dict[str, Any]) -> dict[str, Any]:
+    """Several roots in one object graph (a run between rounds: see runstate.py); each Context
+    is written with its branch state, so every generator gets its own back."""
+    return encode(roots, extension=_encode_run_extension)
+
+
+_PLAIN_EXTRAS = {Context: {"t": "ctx"}}
+
+
+def _plain_snapshot(generator: ResumableGenerator) -> dict[str, Any] | None:
+    """The common case, in short: variables of plain data (see codec.encode_plain) and no closure.
+    The same data as the full path writes; None when it does not apply."""
+    state, label, values = generator.state()
+    if generator.free_values():
+        return None
+    encoded = encode_plain(values, _PLAIN_EXTRAS)
+    if encoded is None:
+        return None
+    meta = generator.meta
+    entry = {"t": "gen", "fn": meta.ref, "hash": meta.hash, "state": state, "label": label, "vars": encoded, "free": {}}
+    return {"branchc": VERSION, "graph": {"roots": {"gen": ["@", entry]}, "objects": []}}
+
+
 def snapshot(generator: ResumableGenerator) -> dict[str, Any]:
     """The whole continuation of `generator` as JSON data (json.dumps always succeeds)."""
+    if type(generator) is ResumableGenerator:
+        data = _plain_snapshot(generator)
+        if data is not None:
+            return data
     if not isinstance(generator, ResumableGenerator):
         raise TypeError(
             f"snapshot() takes a compiled generator, not {type(generator).__name__}; "
@@ -140,11 +189,16 @@ def snapshot(generator: ResumableGenerator) -> dict[str, Any]:
     return {"branchc": VERSION, "graph": encode({"gen": generator}, extension=_encode_extension)}
 
 
+# Child paths are chains (parent, key, format), formatted by the codec only if an error names them.
+_ATTR = ".{}"
+_FN_FIELDS = frozenset({"t", "in", "hash", "code", "closure", "defaults", "kwdefaults", "dict"})
+_GEN_FIELDS = frozenset({"t", "fn", "hash", "state", "label", "vars", "free"})
+
+
 def _function(entry: dict, child, path: str, allowed: frozenset[str]) -> types.FunctionType:
     """A function defined inside a compiled generator: its code by position, its cells shared."""
-    fields = {"t", "in", "hash", "code", "closure", "defaults", "kwdefaults", "dict"}
-    if set(entry) != fields:
-        raise SnapshotDataError(path, f"a function entry has exactly the fields {sorted(fields)}")
+    if entry.keys() != _FN_FIELDS:
+        raise SnapshotDataError(path, f"a function entry has exactly the fields {sorted(_FN_FIELDS)}")
     if type(entry["hash"]) is not str:
         raise SnapshotDataError(f"{path}.hash", "expected a string")
     meta = lookup(entry["in"], entry["hash"], allowed)
@@ -153,12 +207,12 @@ def _function(entry: dict, child, path: str, allowed: frozenset[str]) -> types.F
         raise SnapshotDataError(f"{path}.code", f"{meta.ref} has no nested function at {entry['code']!r}")
     if type(entry["closure"]) is not list or len(entry["closure"]) != len(code.co_freevars):
         raise SnapshotDataError(f"{path}.closure", f"expected {len(code.co_freevars)} cells")
-    closure = tuple(child(cell, f"{path}.closure[{i}]") for i, cell in enumerate(entry["closure"]))
+    closure = tuple(child(cell, (path, i, ".closure[{}]")) for i, cell in enumerate(entry["closure"]))
     if not all(isinstance(cell, types.CellType) for cell in closure):
         raise SnapshotDataError(f"{path}.closure", "expected cells")
-    defaults = child(entry["defaults"], f"{path}.defaults")
-    kwdefaults = child(entry["kwdefaults"], f"{path}.kwdefaults")
-    attributes = child(entry["dict"], f"{path}.dict")
+    defaults = child(entry["defaults"], (path, "defaults", _ATTR))
+    kwdefaults = child(entry["kwdefaults"], (path, "kwdefaults", _ATTR))
+    attributes = child(entry["dict"], (path, "dict", _ATTR))
     if not (defaults is None or type(defaults) is tuple) or not (kwdefaults is None or type(kwdefaults) is dict):
         raise SnapshotDataError(path, "defaults must be a tuple and kwdefaults a dict (or null)")
     if type(attributes) is not dict:
@@ -195,8 +249,167 @@ def _resolve_ref(entry: dict, path: str, allowed: frozenset[str]) -> Any:
 RUNTIME_MODULES = frozenset({"branchc.runtime.messages", "branchc.runtime.elicit"})
 
 
+_allowed_cache: tuple[set[str], frozenset[str]] = (set(), RUNTIME_MODULES)
+
+
 def _default_allowed() -> frozenset[str]:
-    return frozenset(COMPILED_MODULES) | RUNTIME_MODULES
+    """The compiled modules and ours; rebuilt only when COMPILED_MODULES changed (it rarely does)."""
+    global _allowed_cache
+    known, allowed = _allowed_cache
+    if known != COMPILED_MODULES:
+        known = set(COMPILED_MODULES)
+        allowed = frozenset(known) | RUNTIME_MODULES
+        _allowed_cache = known, allowed
+    return allowed
+
+
+_TOP_FIELDS = frozenset({"branchc", "graph"})
+_GRAPH_FIELDS = frozenset({"roots", "objects"})
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # JSON scalars decode to themselves
+_STATES = ("created", "suspended", "done")
+
+
+def _generator(entry: dict, child, path: str, allowed: frozenset[str], pending: list) -> ResumableGenerator:
+    """A compiled generator entry: checked, its variables decoded; it is built once the whole graph is."""
+    if entry.keys() != _GEN_FIELDS:
+        raise SnapshotDataError(path, f"a generator entry has exactly the fields {sorted(_GEN_FIELDS)}")
+    state, label = entry["state"], entry["label"]
+    if state not in _STATES:
+        raise SnapshotDataError(f"{path}.state", f"expected created, suspended or done, got {state!r}")
+    if type(entry["hash"]) is not str:
+        raise SnapshotDataError(f"{path}.hash", "expected a string")
+    try:
+        meta = lookup(entry["fn"], entry["hash"], allowed)
+    except SnapshotError as error:
+        raise SnapshotError(f"{path}.{error}") from None
+    if state == "suspended" and (type(label) is not int or label not in meta.sites):
+        raise SnapshotDataError(f"{path}.label", f"{meta.ref} has no suspension point {label!r}")
+    variables, cells = entry["vars"], entry["free"]
+    if type(variables) is not dict:
+        raise SnapshotDataError(f"{path}.vars", "expected an object of variables")
+    if type(cells) is not dict:
+        raise SnapshotDataError(f"{path}.free", "expected an object of variables")
+    shell = ResumableGenerator.__new__(ResumableGenerator)
+    child.created(shell)
+    values = {
+        name: value if type(value) in _SCALARS else child(value, (path, name, ".vars[{!r}]"))
+        for name, value in variables.items()
+    }
+    free = {name: child(value, (path, name, ".free[{!r}]")) for name, value in cells.items()} if cells else {}
+    if not meta.restorable.issuperset(values):
+        unknown = values.keys() - meta.restorable
+        raise SnapshotDataError(f"{path}.vars", f"{meta.ref} has no variable {sorted(unknown)[0]!r}")
+    if free:
+        freevars = meta.body_code.co_freevars
+        for name, cell in free.items():
+            if name not in freevars or not isinstance(cell, types.CellType):
+                raise SnapshotDataError(f"{path}.free[{name!r}]", f"{meta.ref} closes over no such cell")
+    pending.append((shell, meta, state, label, values, free))
+    return shell
+
+
+def _plain_resume(graph: Any, context: Any, allowed: frozenset[str]) -> ResumableGenerator | None:
+    """The common case, in short: one generator of plain variables (see codec.decode_plain), no
+    table, no closure. The same generator as the full path builds; None when it does not apply
+    (then the full path runs, and reports what is wrong)."""
+    if type(graph) is not dict or graph.keys() != _GRAPH_FIELDS:
+        return None
+    roots, objects = graph["roots"], graph["objects"]
+    if type(roots) is not dict or len(roots) != 1 or type(objects) is not list or objects:
+        return None
+    root = roots.get("gen")
+    if type(root) is not list or len(root) != 2 or type(root[0]) is not str or root[0] != "@":
+        return None
+    entry = root[1]
+    if type(entry) is not dict or entry.keys() != _GEN_FIELDS or entry["t"] != "gen":
+        return None
+    state, label, variables, free = entry["state"], entry["label"], entry["vars"], entry["free"]
+    if state not in _STATES or type(entry["hash"]) is not str or type(variables) is not dict:
+        return None
+    if type(free) is not dict or free:
+        return None
+    try:
+        meta = lookup(entry["fn"], entry["hash"], allowed)
+    except SnapshotError:
+        return None
+    if state == "suspended" and (type(label) is not int or label not in meta.sites):
+        return None
+    values = decode_plain(variables, {"ctx": context})
+    if values is None or not meta.restorable.issuperset(values):
+        return None
+    return make_generator(meta, state, label, values, {})
+
+
+def _single_context(entry: dict, path: str, context: Any) -> Any:
+    if entry.keys() != {"t"}:
+        raise SnapshotDataError(path, "a context entry has no fields besides t")
+    return context
+
+
+def _run_context(entry: dict, child, path: str) -> Context:
+    if entry.keys() != {"t", "branch"}:
+        raise SnapshotDataError(path, "a context entry in a run is {t, branch}")
+    branch = child(entry["branch"], (path, "branch", _ATTR))
+    if not isinstance(branch, BranchState):
+        raise SnapshotDataError(f"{path}.branch", "expected a branch state")
+    return Context(branch)
+
+
+def _decode_extension(allowed: frozenset[str], pending: list, context) -> Any:
+    """The codec's decode extension for compiled generators, cells, nested functions, refs and
+    methods; `context(entry, child, path)` restores a Context entry."""
+
+    def extension(entry: dict, child, path: str) -> Any:
+        tag = entry.get("t")
+        if tag == "gen":
+            return _generator(entry, child, path, allowed, pending)
+        if tag == "ctx":
+            return context(entry, child, path)
+        if tag == "ref":
+            return _resolve_ref(entry, path, allowed)
+        if tag == "cell":
+            if not set(entry) <= {"t", "v"}:
+                raise SnapshotDataError(path, "a cell entry is {t} or {t, v}")
+            cell = types.CellType()
+            child.created(cell)
+            if "v" in entry:
+                cell.cell_contents = child(entry["v"], (path, "v", _ATTR))
+            return cell
+        if tag == "fn":
+            return _function(entry, child, path, allowed)
+        if tag == "method":
+            name = entry.get("name")
+            if set(entry) != {"t", "self", "name"} or type(name) is not str or not name.isidentifier():
+                raise SnapshotDataError(path, "a method entry is {t, self, name} with an identifier name")
+            if name.startswith("__"):
+                raise SnapshotDataError(f"{path}.name", f"{name!r}: special methods are not restored")
+            owner = child(entry["self"], (path, "self", _ATTR))
+            method = getattr(owner, name, None)
+            if not isinstance(method, (types.MethodType, types.BuiltinMethodType)):
+                raise SnapshotDataError(f"{path}.name", f"{type(owner).__name__} has no method {name!r}")
+            return method
+        raise SnapshotDataError(f"{path}.t", f"unknown tag {tag!r}")
+
+    return extension
+
+
+def _build(pending: list) -> None:
+    """Make the generators of a decoded graph, once every value they hold exists."""
+    for shell, meta, state, label, values, free in pending:
+        make_generator(meta, state, label, values, free, into=shell)
+
+
+def decode_graph(graph: Any, allowed: frozenset[str]) -> dict[str, Any]:
+    """The roots of `encode_graph`'s graph; only `allowed` modules may be named."""
+    pending: list = []
+    roots = decode(graph, allowed_modules=allowed, extension=_decode_extension(allowed, pending, _run_context))
+    _build(pending)
+    return roots
+
+
+def default_allowed() -> frozenset[str]:
+    """The modules a snapshot may name by default: the compiled modules of this process and branchc's data."""
+    return _default_allowed()
 
 
 def resume(
@@ -207,81 +420,19 @@ def resume(
     Only compiled functions and value types from `allowed_modules` (by default: the compiled
     modules loaded in this process) can be named by the data; nothing else is imported.
     """
-    if type(data) is not dict or data.get("branchc") != VERSION or set(data) != {"branchc", "graph"}:
+    if type(data) is not dict or data.keys() != _TOP_FIELDS or data["branchc"] != VERSION:
         raise SnapshotDataError("data", f'expected {{"branchc": {VERSION}, "graph": {{...}}}}')
     allowed = frozenset(allowed_modules) | RUNTIME_MODULES if allowed_modules is not None else _default_allowed()
+    generator = _plain_resume(data["graph"], context, allowed)
+    if generator is not None:
+        return generator
     pending: list[tuple[ResumableGenerator, Any, str, int, dict, dict]] = []
-
-    def extension(entry: dict, child, path: str) -> Any:
-        tag = entry.get("t")
-        if tag == "ctx":
-            if set(entry) != {"t"}:
-                raise SnapshotDataError(path, "a context entry has no fields besides t")
-            return context
-        if tag == "ref":
-            return _resolve_ref(entry, path, allowed)
-        if tag == "cell":
-            if not set(entry) <= {"t", "v"}:
-                raise SnapshotDataError(path, "a cell entry is {t} or {t, v}")
-            cell = types.CellType()
-            child.created(cell)
-            if "v" in entry:
-                cell.cell_contents = child(entry["v"], f"{path}.v")
-            return cell
-        if tag == "fn":
-            return _function(entry, child, path, allowed)
-        if tag == "method":
-            name = entry.get("name")
-            if set(entry) != {"t", "self", "name"} or type(name) is not str or not name.isidentifier():
-                raise SnapshotDataError(path, "a method entry is {t, self, name} with an identifier name")
-            if name.startswith("__"):
-                raise SnapshotDataError(f"{path}.name", f"{name!r}: special methods are not restored")
-            owner = child(entry["self"], f"{path}.self")
-            method = getattr(owner, name, None)
-            if not isinstance(method, (types.MethodType, types.BuiltinMethodType)):
-                raise SnapshotDataError(f"{path}.name", f"{type(owner).__name__} has no method {name!r}")
-            return method
-        if tag != "gen":
-            raise SnapshotDataError(f"{path}.t", f"unknown tag {tag!r}")
-        fields = {"t", "fn", "hash", "state", "label", "vars", "free"}
-        if set(entry) != fields:
-            raise SnapshotDataError(path, f"a generator entry has exactly the fields {sorted(fields)}")
-        state, label = entry["state"], entry["label"]
-        if state not in ("created", "suspended", "done"):
-            raise SnapshotDataError(f"{path}.state", f"expected created, suspended or done, got {state!r}")
-        if type(entry["hash"]) is not str:
-            raise SnapshotDataError(f"{path}.hash", "expected a string")
-        try:
-            meta = lookup(entry["fn"], entry["hash"], allowed)
-        except SnapshotError as error:
-            raise SnapshotError(f"{path}.{error}") from None
-        if state == "suspended" and (type(label) is not int or label not in meta.sites):
-            raise SnapshotDataError(f"{path}.label", f"{meta.ref} has no suspension point {label!r}")
-        for part in ("vars", "free"):
-            if type(entry[part]) is not dict:
-                raise SnapshotDataError(f"{path}.{part}", "expected an object of variables")
-        shell = ResumableGenerator.__new__(ResumableGenerator)
-        child.created(shell)
-        values = {name: child(value, f"{path}.vars[{name!r}]") for name, value in entry["vars"].items()}
-        free = {name: child(value, f"{path}.free[{name!r}]") for name, value in entry["free"].items()}
-        unknown = values.keys() - meta.restorable
-        if unknown:
-            raise SnapshotDataError(f"{path}.vars", f"{meta.ref} has no variable {sorted(unknown)[0]!r}")
-        cells = meta.body_code.co_freevars
-        for name, cell in free.items():
-            if name not in cells or not isinstance(cell, types.CellType):
-                raise SnapshotDataError(f"{path}.free[{name!r}]", f"{meta.ref} closes over no such cell")
-        pending.append((shell, meta, state, label, values, free))
-        return shell
-
+    extension = _decode_extension(allowed, pending, lambda entry, child, path: _single_context(entry, path, context))
     graph = data["graph"]
     roots = decode(graph, allowed_modules=allowed, extension=extension)
     if set(roots) != {"gen"}:
         raise SnapshotDataError("graph.roots", 'expected exactly the root "gen"')
-    for shell, meta, state, label, values, free in pending:
-        built = make_generator(meta, state, label, values, free)
-        shell._gen, shell._body = built._gen, built._body
-        shell.send, shell.throw, shell.close = built.send, built.throw, built.close
+    _build(pending)
     root = roots["gen"]
     if not isinstance(root, ResumableGenerator):
         raise SnapshotDataError("graph.roots.gen", "the root is not a compiled generator")
