@@ -1,0 +1,187 @@
+"""The 2026-07-28 era: each `tools/call` is one round of a multi-round-trip request.
+
+Round 1 runs `before`, starts the run machine and steps it until every branch waits. The
+pending samples and elicitations of all branches go back in one `InputRequiredResult`,
+keyed by the machine's request keys, with the saved machine as `request_state` (sealed on
+the way out and verified on the way back by the SDK's `RequestStateBoundary`, so what
+arrives here is what this server minted, for this tool and these arguments, unexpired).
+Every later round restores the machine, checks the answers against what was asked, feeds
+them, and steps again; when the client phase returns, `after` runs and the call completes.
+Nothing stays in memory between rounds: any replica with the key serves any round.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp.server import ServerRequestContext
+from pydantic import BaseModel
+
+from ..runtime.driver import server_phase
+from ..runtime.errors import BranchcError, MissingCapabilityError, ToolPhaseError
+from ..runtime.jsondata import check_json_data
+from ..runtime.machine import Machine, Request
+from ..runtime.runstate import RunStateError, dump_run, load_run
+from ..runtime.tool import Tool
+from .backchannel import client_capabilities
+from .elicitation import ElicitSchemaError, form_schema
+from .sampling import SamplingToolsError, sample_params, sample_result
+
+__all__ = ["run_round"]
+
+
+class AnswerError(BranchcError, ValueError):
+    """input_responses that do not answer what the last round asked."""
+
+
+async def run_round(
+    bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, params: types.CallToolRequestParams
+) -> types.CallToolResult | types.InputRequiredResult:
+    from .server import describe_failure, error_result, result_of
+
+    try:
+        if params.request_state is None:
+            if params.input_responses:
+                raise AnswerError("input_responses came without the request_state of the round they answer")
+            handoff, machine = await _first_round(bridge, ctx, tool, model)
+        else:
+            handoff, machine = load_run(params.request_state)
+            if machine.tool != tool.name:
+                raise AnswerError(f"this request_state belongs to tool {machine.tool!r}, not {tool.name!r}")
+            _feed(machine, params.input_responses or {})
+        provider = bridge.sampler(ctx)
+        while True:
+            machine.advance()
+            await _send_outbox(ctx, tool, machine)
+            if machine.done:
+                break
+            if provider is not None and any(request.kind == "sample" for request in machine.pending):
+                await _sample_on_server(provider, machine)
+                continue
+            asked = _input_requests(ctx, machine)
+            if asked is not None:
+                return types.InputRequiredResult(input_requests=asked, request_state=dump_run(handoff, machine))
+        if not machine.ok:
+            raise ToolPhaseError(tool.name, "client", machine.result) from machine.result
+        result = machine.result
+        check_json_data(result, "client_result", "convert it in client()")
+        if tool.after_fn is not None:
+            result = await server_phase(tool, "after", tool.after_fn, handoff, result)
+            check_json_data(result, "result", "convert it in after()")
+    except (AnswerError, RunStateError, MissingCapabilityError) as error:
+        return error_result(str(error))
+    except BranchcError as error:
+        return error_result(describe_failure(error))
+    return result_of(result)
+
+
+async def _first_round(bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel) -> tuple[Any, Machine]:
+    if tool.client_fn is None:
+        raise AnswerError(f"tool {tool.name!r} has no client phase")
+    offered = client_capabilities(ctx)[0] | ({"sampling"} if bridge.sampler(ctx) is not None else set())
+    if missing := tool.requires - offered:
+        raise MissingCapabilityError(
+            f"{tool.name} requires {', '.join(sorted(missing))}, which the client does not offer; "
+            f"connect with a client that offers it"
+        )
+    if tool.before_fn is None:
+        handoff = model.model_dump(mode="json")
+    else:
+        handoff = await server_phase(tool, "before", tool.before_fn, model)
+        check_json_data(handoff, "handoff", "convert it in before()")
+    handoff = json.loads(json.dumps(handoff))
+    machine = Machine(tool.name, str(ctx.request_id), tool.limits.tighten(bridge.limits))
+    try:
+        machine.start(tool.client_fn, handoff, tool.client_fn.__qualname__)
+    except Exception as error:
+        raise ToolPhaseError(tool.name, "client", error) from error
+    return handoff, machine
+
+
+def _feed(machine: Machine, responses: dict[str, Any]) -> None:
+    """Give each waiting request its answer; a missing, extra or mistyped answer is refused whole."""
+    asked = {request.key: request for request in machine.pending}
+    if extra := sorted(responses.keys() - asked.keys()):
+        raise AnswerError(f"input_responses has answers to requests that were not asked: {', '.join(extra)}")
+    if missing := sorted(asked.keys() - responses.keys()):
+        raise AnswerError(f"input_responses lacks answers to: {', '.join(missing)}; answer every input request")
+    answers = {key: _answer(asked[key], responses[key]) for key in asked}
+    now = time.time()
+    for key, answer in answers.items():
+        if asked[key].deadline is not None and now >= asked[key].deadline:
+            machine.expire(key)
+        else:
+            machine.answer(key, answer)
+
+
+def _answer(request: Request, response: Any) -> Any:
+    if request.kind == "sample":
+        if not isinstance(response, (types.CreateMessageResult, types.CreateMessageResultWithTools)):
+            raise AnswerError(f"input_responses[{request.key!r}]: expected a sampling result (role, content, model)")
+        return sample_result(response)
+    if not isinstance(response, types.ElicitResult):
+        raise AnswerError(f"input_responses[{request.key!r}]: expected an elicitation result (action, content)")
+    return {"action": response.action, "content": response.content}
+
+
+def _input_requests(ctx: ServerRequestContext, machine: Machine) -> dict[str, Any] | None:
+    """The pending requests as MCP input requests; None when one cannot be asked (a sample with
+    tools the client cannot take, a form MCP cannot express): its error was thrown into the
+    branch that asked, and the machine must step again."""
+    _, sampling_tools = client_capabilities(ctx)
+    requests: dict[str, Any] = {}
+    for request in machine.pending:
+        try:
+            if request.kind == "sample":
+                params = sample_params(request.sample, tools_supported=sampling_tools)
+                requests[request.key] = types.CreateMessageRequest(params=types.CreateMessageRequestParams(**params))
+            else:
+                ask = request.elicit
+                schema = form_schema(ask.requested_schema, ask.requested_schema.get("title", ask.key))
+                requests[request.key] = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message=ask.message, requested_schema=schema)
+                )
+        except (SamplingToolsError, ElicitSchemaError) as error:
+            machine.fail(request.key, error)
+            return None
+    return requests
+
+
+async def _sample_on_server(provider: Any, machine: Machine) -> None:
+    """Answer this round's samples with the server's model, all at once; the rest wait for the client."""
+    samples = [request for request in machine.pending if request.kind == "sample"]
+    outcomes: dict[str, tuple[bool, Any]] = {}
+
+    async def ask(request: Request) -> None:
+        try:
+            outcomes[request.key] = (True, await provider.sample(request.sample))
+        except Exception as error:
+            outcomes[request.key] = (False, error)
+
+    async with anyio.create_task_group() as group:
+        for request in samples:
+            group.start_soon(ask, request)
+    for request in samples:  # in the order they were asked, as the live driver would see them
+        ok, value = outcomes[request.key]
+        if request.key not in machine.requests:
+            continue  # dropped meanwhile: a sibling's answer failed its group
+        if ok:
+            machine.answer(request.key, value)
+        else:
+            machine.fail(request.key, value)
+
+
+async def _send_outbox(ctx: ServerRequestContext, tool: Tool, machine: Machine) -> None:
+    """Logs and progress notes of this round (delivered as the client's requested log level allows)."""
+    token = (ctx.meta or {}).get("progress_token")
+    for item in machine.take_outbox():
+        if item[0] == "log":
+            await ctx.session.send_log_message(item[1], item[2], logger=tool.name, related_request_id=ctx.request_id)
+        elif token is not None and item[2] is not None:
+            await ctx.session.send_progress_notification(
+                token, item[2], item[3], item[1], related_request_id=ctx.request_id
+            )

@@ -1,0 +1,64 @@
+"""A run between rounds as JSON text: the saved run machine and the handoff, in one object graph.
+
+One graph, not one snapshot per branch, so identity holds across branches: a list a parent
+passed to its child is still one list after a round. Each branch's Context travels with its
+branch state (a generator's `ctx` is re-bound to the restored state, never copied), and every
+generator is a compiled one, restored by code hash exactly as `branchc.resume` does.
+
+The text is what the bridge hands the SDK as `request_state` (which seals it) or keeps for a
+guided run. Loading it never names a module outside the compiled tools and branchc's own data
+types; anything malformed is a RunStateError that says where.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .codec import SnapshotDataError
+from .errors import BranchcError
+from .generator import SnapshotError
+from .machine import Machine
+from .snapshot import decode_graph, default_allowed, encode_graph
+
+__all__ = ["RUN_MODULES", "RunStateError", "dump_run", "load_run"]
+
+VERSION = 1
+#: branchc's types a saved run holds besides the tools' own: the machine and what it keeps.
+RUN_MODULES = frozenset(
+    {
+        "branchc.runtime.machine",
+        "branchc.runtime.context",
+        "branchc.runtime.client",
+        "branchc.runtime.limits",
+        "branchc.runtime.messages",
+        "branchc.runtime.elicit",
+    }
+)
+
+
+class RunStateError(BranchcError, ValueError):
+    """A saved run that cannot be continued here: malformed, or of code this server does not have."""
+
+
+def dump_run(handoff: Any, machine: Machine) -> str:
+    graph = encode_graph({"handoff": handoff, "machine": machine.saved()})
+    return json.dumps({"branchc_run": VERSION, "graph": graph}, separators=(",", ":"), ensure_ascii=False)
+
+
+def load_run(text: str) -> tuple[Any, Machine]:
+    """(handoff, machine) from `dump_run`'s text."""
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise RunStateError(f"the saved run is not JSON: {error}") from None
+    if type(data) is not dict or data.keys() != {"branchc_run", "graph"} or data["branchc_run"] != VERSION:
+        raise RunStateError(f'the saved run is not {{"branchc_run": {VERSION}, "graph": ...}}')
+    try:
+        roots = decode_graph(data["graph"], default_allowed() | RUN_MODULES)
+    except (SnapshotDataError, SnapshotError) as error:
+        raise RunStateError(f"the saved run cannot be continued here: {error}") from None
+    saved = roots.get("machine")
+    if roots.keys() != {"handoff", "machine"} or type(saved) is not dict or saved.keys() != set(Machine._SAVED):
+        raise RunStateError("the saved run holds no run machine")
+    return roots["handoff"], Machine.restored(saved)
