@@ -28,7 +28,7 @@ from .. import __version__
 from .compiler import COMPILER_VERSION, CompiledModule, compile_module
 from .diagnostics import CompileError, Diagnostic
 
-__all__ = ["BuildResult", "SourceFile", "build", "check", "find_sources"]
+__all__ = ["BuildResult", "SourceFile", "build", "build_workers", "check", "find_sources"]
 
 MANIFEST = "branchc.json"
 
@@ -108,11 +108,18 @@ _FILES_PER_WORKER = 8
 Run = Callable[..., Iterator[Any]]
 
 
+def build_workers(files: int) -> int:
+    """How many processes compile a tree of `files` changed files (1: this one)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), files // _FILES_PER_WORKER))
+
+
 @contextmanager
 def _workers(files: int) -> Iterator[Run]:
     """`run(fn, *lists)`: fn over the lists, results in order; on every core when the tree is large."""
-    workers = min(len(os.sched_getaffinity(0)), files // _FILES_PER_WORKER)
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    workers = build_workers(files)
+    if workers < 2:
         yield map
         return
     # Workers are forked, so they start with the compiler imported and need nothing from
