@@ -4,15 +4,20 @@ over stdio and streamable HTTP; bad input of every kind gets a clear tool error.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
+import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import EXAMPLES, KEY, TOOLS, Scripted, fake_llm, http_server, native_run, stdio, within
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPError as McpError
 
 from branchc.bridge.loading import ServeLoadError, load_served_tools
 from branchc.bridge.server import create_server
@@ -230,3 +235,261 @@ async def test_a_failing_provider_is_an_error_at_the_sample(env, tmp_path):
         async with Client(stdio(folder, env, *args), mode="legacy", **Scripted({}, []).callbacks()) as session:
             text = error_text(await within(60, session.call_tool("echo", {"word": "hi", "times": 1})))
     assert "ProviderError: the model endpoint" in text and "answered 500" in text
+
+
+# -- the 2026-07-28 era's rounds, driven by hand --------------------------------------------------------
+
+
+async def answer_all(client: Scripted, asked: types.InputRequiredResult) -> dict:
+    """Answer every input request of one round the way the SDK client's callbacks would."""
+    out = {}
+    for key, request in asked.input_requests.items():
+        if isinstance(request, types.CreateMessageRequest):
+            out[key] = await client.sampling(None, request.params)
+        else:
+            out[key] = await client.elicitation(None, request.params)
+    return out
+
+
+async def rounds(sessions: list, name: str, arguments: dict, client: Scripted) -> tuple[object, int]:
+    """Play a call to the end, round k on sessions[k % len(sessions)]; (the result, the rounds)."""
+    state, responses, count = None, None, 0
+    while True:
+        session = sessions[count % len(sessions)].session
+        result = await session.call_tool(
+            name, arguments, input_responses=responses, request_state=state, allow_input_required=True
+        )
+        count += 1
+        if not isinstance(result, types.InputRequiredResult):
+            return result, count
+        state, responses = result.request_state, await answer_all(client, result)
+
+
+async def test_two_http_servers_sharing_a_key_serve_alternate_rounds(env):
+    expected, prompts, elicits = await native_run("tictactoe", {})
+    client = Scripted(prompts, elicits)
+    with http_server(TOOLS, env, "--state-key", KEY) as one, http_server(TOOLS, env, "--state-key", KEY) as two:
+        async with Client(one, **MODERN) as a, Client(two, **MODERN) as b:
+            result, count = await within(60, rounds([a, b], "tictactoe", {}, client))
+    assert same_run(structured(result), expected)
+    assert count == 1 + len(prompts) + len(elicits)  # one round per question: the game alternates turns
+
+
+async def test_a_server_with_another_key_refuses_the_state_and_runs_nothing(env):
+    client = Scripted(*(await native_run("pick_card", {}))[1:])
+    with http_server(TOOLS, env, "--state-key", KEY) as one, http_server(TOOLS, env, "--state-key", "o" * 40) as two:
+        async with Client(one, **MODERN) as a, Client(two, **MODERN) as b:
+            first = await a.session.call_tool("pick_card", EXAMPLES["pick_card"], allow_input_required=True)
+            responses = await answer_all(client, first)
+            with pytest.raises(McpError, match="Invalid or expired requestState"):
+                await b.session.call_tool(
+                    "pick_card",
+                    EXAMPLES["pick_card"],
+                    input_responses=responses,
+                    request_state=first.request_state,
+                    allow_input_required=True,
+                )
+
+
+MODERN = {"mode": "2026-07-28", **Scripted({}, []).callbacks()}  # callbacks: they declare the capabilities
+
+
+@pytest.fixture
+def pick_card_server(env, monkeypatch):
+    monkeypatch.setenv("BRANCHC_CACHE", env["BRANCHC_CACHE"])
+    monkeypatch.setenv("BRANCHC_FLIGHTS_DB", env["BRANCHC_FLIGHTS_DB"])
+
+    def make(**options):
+        return create_server(load_served_tools(TOOLS / "pick_card.py"), state_key=KEY, **options)
+
+    return make
+
+
+async def first_round(session) -> types.InputRequiredResult:
+    arguments = {"count": 3, "analyze": False, "seed": 1}
+    asked = await session.call_tool("pick_card", arguments, allow_input_required=True)
+    assert isinstance(asked, types.InputRequiredResult)
+    return asked
+
+
+async def again(session, asked, responses, state=None) -> object:
+    arguments = {"count": 3, "analyze": False, "seed": 1}
+    return await session.call_tool(
+        "pick_card",
+        arguments,
+        input_responses=responses,
+        request_state=asked.request_state if state is None else state,
+        allow_input_required=True,
+    )
+
+
+async def test_a_tampered_state_is_refused(pick_card_server):
+    async with Client(pick_card_server(), **MODERN) as client:
+        asked = await first_round(client.session)
+        state = asked.request_state
+        tampered = state[:-5] + ("A" if state[-5] != "A" else "B") + state[-4:]
+        accept = {"elicit-1": types.ElicitResult(action="accept", content={"card_number": 1})}
+        with pytest.raises(McpError, match="Invalid or expired requestState"):
+            await again(client.session, asked, accept, tampered)
+        assert structured(await again(client.session, asked, accept))["picked"]  # the real state still works
+
+
+async def test_an_expired_state_is_refused(pick_card_server):
+    async with Client(pick_card_server(state_ttl=0.5), **MODERN) as client:
+        asked = await first_round(client.session)
+        await anyio.sleep(0.6)
+        accept = {"elicit-1": types.ElicitResult(action="accept", content={"card_number": 1})}
+        with pytest.raises(McpError, match="Invalid or expired requestState"):
+            await again(client.session, asked, accept)
+
+
+async def test_the_state_is_bound_to_the_arguments(pick_card_server):
+    async with Client(pick_card_server(), **MODERN) as client:
+        asked = await first_round(client.session)
+        accept = {"elicit-1": types.ElicitResult(action="accept", content={"card_number": 1})}
+        with pytest.raises(McpError, match="Invalid or expired requestState"):
+            await client.session.call_tool(
+                "pick_card",
+                {"count": 4, "analyze": False, "seed": 1},
+                input_responses=accept,
+                request_state=asked.request_state,
+                allow_input_required=True,
+            )
+
+
+@pytest.mark.parametrize(
+    ("responses", "message"),
+    [
+        ({}, "input_responses lacks answers to: elicit-1"),
+        (
+            {
+                "elicit-1": types.ElicitResult(action="decline"),
+                "elicit-9": types.ElicitResult(action="decline"),
+            },
+            "answers to requests that were not asked: elicit-9",
+        ),
+        (
+            {
+                "elicit-1": types.CreateMessageResult(
+                    role="assistant", model="m", content=types.TextContent(type="text", text="3")
+                )
+            },
+            "input_responses['elicit-1']: expected an elicitation result",
+        ),
+    ],
+)
+async def test_answers_that_do_not_fit_the_questions_are_refused(pick_card_server, responses, message):
+    async with Client(pick_card_server(), **MODERN) as client:
+        asked = await first_round(client.session)
+        assert set(asked.input_requests) == {"elicit-1"}
+        text = error_text(await again(client.session, asked, responses))
+        assert message in text
+        # nothing ran: the same state, rightly answered, still finishes the call
+        accept = {"elicit-1": types.ElicitResult(action="accept", content={"card_number": 2})}
+        assert structured(await again(client.session, asked, accept))["success"] is True
+
+
+async def test_content_failing_the_form_is_raised_in_the_tool(pick_card_server):
+    async with Client(pick_card_server(), **MODERN) as client:
+        asked = await first_round(client.session)
+        bad = {"elicit-1": types.ElicitResult(action="accept", content={"card_number": 99})}
+        text = error_text(await again(client.session, asked, bad))
+    assert "ElicitValidationError" in text
+    assert "card_number: Input should be less than or equal to 10" in text
+
+
+# -- cancellation ----------------------------------------------------------------------------------------
+
+SLOW = """
+import os
+from branchc import Context, tool
+
+slow = tool("slow", requires={"sampling"})
+
+@slow.client
+def client(handoff: dict, ctx: Context):
+    try:
+        reply = yield ctx.sample(prompt="take your time")
+        return reply.text
+    finally:
+        with open(os.environ["BRANCHC_TEST_MARKER"], "a") as marker:
+            marker.write("finally ran\\n")
+"""
+
+
+class Stalling(Scripted):
+    """Never answers a sample until cancelled; says so."""
+
+    def __init__(self) -> None:
+        super().__init__({}, [])
+        self.cancelled = anyio.Event()
+
+    async def sampling(self, ctx, params):
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.cancelled.set()
+
+
+@pytest.fixture
+def slow_tool(tmp_path, env):
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    (folder / "slow_tool.py").write_text(SLOW)
+    marker = tmp_path / "marker.txt"
+    return folder, marker, {**env, "BRANCHC_TEST_MARKER": str(marker)}
+
+
+async def wait_for(path: Path, text: str) -> None:
+    with anyio.fail_after(10):
+        while not (path.exists() and text in path.read_text()):
+            await anyio.sleep(0.05)
+
+
+async def test_a_cancelled_call_runs_the_finally_blocks_and_cancels_the_sample(slow_tool):
+    folder, marker, env = slow_tool
+    client = Stalling()
+    async with Client(stdio(folder, env), mode="legacy", **client.callbacks()) as session:
+        with anyio.move_on_after(1.0) as scope:
+            await session.call_tool("slow", {})
+        assert scope.cancelled_caught
+        await wait_for(marker, "finally ran")
+        with anyio.fail_after(5):
+            await client.cancelled.wait()  # the server gave up its sampling request too
+        # the server goes on serving
+        assert (await session.list_tools()).tools[0].name == "slow"
+
+
+def test_a_dropped_connection_runs_the_finally_blocks(slow_tool):
+    """The client goes away mid-call (its end of stdio closes): the run is halted, finally runs."""
+    folder, marker, env = slow_tool
+    server = subprocess.Popen(
+        [sys.executable, "-m", "branchc", "serve", str(folder)],
+        env={**os.environ, **env},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        for message in (
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow", "arguments": {}}},
+        ):
+            server.stdin.write(json.dumps(message) + "\n")
+        server.stdin.flush()
+        assert '"id":1' in server.stdout.readline()
+        assert "sampling/createMessage" in server.stdout.readline()  # the run waits for its sample now
+        assert not marker.exists()
+        server.stdin.close()  # the connection drops
+        assert server.wait(timeout=20) == 0
+        assert marker.read_text() == "finally ran\n"
+    finally:
+        server.kill()
+        server.wait()

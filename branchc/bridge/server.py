@@ -136,16 +136,17 @@ class Bridge:
         return result_of(value)
 
 
-def state_security(key: str | None) -> RequestStateSecurity:
-    """Sealing for `request_state`: the configured key, else a key of this process only."""
+def state_security(key: str | None, ttl: float = 600) -> RequestStateSecurity:
+    """Sealing for `request_state`: the configured key, else a key of this process only;
+    a round must be continued within `ttl` seconds."""
     if key:
-        return RequestStateSecurity(keys=[key])
+        return RequestStateSecurity(keys=[key], ttl=ttl)
     print(
         "branchc serve: no --state-key (or BRANCHC_STATE_KEY) given: request_state is sealed with a key of this "
         "process only, so a round can only be continued by this process; replicas need one shared key",
         file=sys.stderr,
     )
-    return RequestStateSecurity.ephemeral()
+    return RequestStateSecurity.ephemeral(ttl=ttl)
 
 
 def create_server(
@@ -153,6 +154,7 @@ def create_server(
     *,
     name: str = "branchc",
     state_key: str | None = None,
+    state_ttl: float = 600,
     limits: Limits | None = None,
     sampling: SamplingMode = "client",
     provider: ChatCompletionsProvider | None = None,
@@ -160,6 +162,6 @@ def create_server(
     """The lowlevel SDK server for `tools`, with the request-state boundary in place."""
     bridge = Bridge(tools, name=name, limits=limits, sampling=sampling, provider=provider)
     server = Server(name, version=__version__, on_list_tools=bridge.list_tools, on_call_tool=bridge.call_tool)
-    server.middleware.append(RequestStateBoundary(state_security(state_key), default_audience=name))
+    server.middleware.append(RequestStateBoundary(state_security(state_key, state_ttl), default_audience=name))
     server.bridge = bridge  # type: ignore[attr-defined]
     return server
