@@ -242,6 +242,16 @@ def serve(
     provider_model: Annotated[
         str | None, typer.Option("--provider-model", envvar="BRANCHC_PROVIDER_MODEL", help="The model to ask.")
     ] = None,
+    guided: Annotated[
+        bool,
+        typer.Option(
+            "--guided",
+            help="Let the calling model answer what the client cannot (adds the branchc_resume tool).",
+        ),
+    ] = False,
+    state_ttl: Annotated[
+        float, typer.Option("--state-ttl", min=1, help="Seconds a round's request_state stays good.")
+    ] = 600,
     provider_key: Annotated[
         str | None, typer.Option("--provider-key", envvar="BRANCHC_PROVIDER_KEY", help="Its API key, if it needs one.")
     ] = None,
@@ -267,6 +277,8 @@ def serve(
             state_key=state_key,
             sampling=sampling,
             provider=provider,  # type: ignore[arg-type]
+            guided=guided,
+            state_ttl=state_ttl,
         )
     except (BranchcError, CliError, ValueError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")

@@ -493,3 +493,87 @@ def test_a_dropped_connection_runs_the_finally_blocks(slow_tool):
     finally:
         server.kill()
         server.wait()
+
+
+# -- guided mode -------------------------------------------------------------------------------------------
+
+
+async def guide_to_the_end(session, name: str, arguments: dict, prompts: dict, elicits: list) -> tuple[object, int]:
+    """Play the calling model: answer each guided request, call branchc_resume, until the result."""
+    result = await session.call_tool(name, arguments)
+    steps, elicited = 0, 0
+    while True:
+        value = structured(result)
+        if not (isinstance(value, dict) and value.get("status") == "waiting_for_answers"):
+            return value, steps
+        answers = {}
+        for request in value["requests"]:
+            if request["kind"] == "sample":
+                answers[request["key"]] = prompts[request["messages"][-1]["content"]]
+            else:
+                answer = elicits[elicited]
+                elicited += 1
+                answers[request["key"]] = answer["content"] if answer["action"] == "accept" else answer["action"]
+        action = value["next_action"]
+        assert action["tool"] == "branchc_resume" and action["arguments"]["state_id"] == value["state_id"]
+        result = await session.call_tool("branchc_resume", {"state_id": value["state_id"], "answers": answers})
+        steps += 1
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("name", ["pick_card", "research"])
+async def test_guided_mode_lets_the_calling_model_answer(env, mode, name):
+    expected, prompts, elicits = await native_run(name, {})
+    async with Client(stdio(TOOLS, env, "--guided"), mode=mode) as session:  # no sampling, no elicitation
+        assert "branchc_resume" in {tool.name for tool in (await session.list_tools()).tools}
+        value, steps = await within(60, guide_to_the_end(session, name, EXAMPLES[name], prompts, elicits))
+    assert same_run(value, expected)
+    assert steps >= 2
+
+
+async def test_a_guided_state_id_continues_once_and_unknown_ones_are_named(env):
+    async with Client(stdio(TOOLS, env, "--guided"), mode="legacy") as session:
+        first = structured(await session.call_tool("pick_card", {"count": 2, "seed": 3}))
+        (request,) = first["requests"]
+        assert request["kind"] == "elicit" and request["schema"]["properties"]["card_number"]["type"] == "integer"
+        answers = {request["key"]: {"card_number": 1}}
+        done = structured(
+            await session.call_tool("branchc_resume", {"state_id": first["state_id"], "answers": answers})
+        )
+        assert done["success"] is True
+        again = error_text(
+            await session.call_tool("branchc_resume", {"state_id": first["state_id"], "answers": answers})
+        )
+        bogus = error_text(await session.call_tool("branchc_resume", {"state_id": "nope", "answers": {}}))
+    assert "is unknown, already used or expired" in again and "'nope' is unknown" in bogus
+
+
+async def test_without_guided_mode_a_client_lacking_capabilities_is_told_which(env):
+    async with Client(stdio(TOOLS, env), mode="2026-07-28") as session:
+        text = error_text(await session.call_tool("pick_card", {"count": 2}))
+    assert "pick_card requires elicitation, sampling, which the client does not offer" in text
+
+
+# -- output schema ----------------------------------------------------------------------------------------
+
+TYPED = """
+from pydantic import BaseModel
+from branchc import Context, tool
+
+class Out(BaseModel):
+    total: int
+
+adder = tool("adder", output=Out)
+
+@adder.client
+def client(handoff: dict, ctx: Context):
+    yield ctx.log("info", "adding")
+    return {"total": 3}
+"""
+
+
+async def test_a_declared_output_schema_is_listed(served):
+    async with Client(served(TYPED, "typed"), mode="legacy", **Scripted({}, []).callbacks()) as session:
+        (listed,) = (await session.list_tools()).tools
+        assert listed.output_schema["properties"]["total"]["type"] == "integer"
+        assert structured(await session.call_tool("adder", {})) == {"total": 3}

@@ -16,6 +16,7 @@ from branchc import (
     run_tool,
     tool,
 )
+from branchc.runtime.errors import OutputError
 from branchc.testing import MockClient
 
 pytestmark = pytest.mark.anyio
@@ -278,3 +279,33 @@ async def test_params_none_uses_the_defaults():
         return handoff
 
     assert (await run(t, MockClient(), None))[0] == {}
+
+
+# -- declared output ------------------------------------------------------------------------------
+
+
+class Total(BaseModel):
+    total: int
+
+
+@pytest.mark.parametrize(("result", "ok"), [({"total": 3}, True), ({"total": "many"}, False), ({}, False)])
+async def test_a_declared_output_model_checks_the_result(result, ok):
+    t = tool("typed", output=Total)
+
+    @t.client
+    def client(handoff, ctx):
+        yield ctx.log("info", "done")
+        return result
+
+    if ok:
+        assert await run_tool(t, {}, MockClient()) == result
+        assert t.output_schema["properties"]["total"]["type"] == "integer"
+        return
+    with pytest.raises(OutputError) as info:
+        await run_tool(t, {}, MockClient())
+    assert str(info.value).startswith("typed: the result does not fit its output model:\n  total:")
+
+
+def test_output_must_be_a_model():
+    with pytest.raises(ToolDefinitionError, match="output= must be a pydantic model class"):
+        tool("t", output=dict)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -29,9 +30,10 @@ from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
 from .backchannel import client_capabilities
 from .elicitation import ElicitSchemaError, form_schema
+from .results import describe_failure, error_result, result_of
 from .sampling import SamplingToolsError, sample_params, sample_result
 
-__all__ = ["run_round"]
+__all__ = ["check_answered", "feed", "guarded", "run_round", "start_run"]
 
 
 class AnswerError(BranchcError, ValueError):
@@ -41,18 +43,43 @@ class AnswerError(BranchcError, ValueError):
 async def run_round(
     bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, params: types.CallToolRequestParams
 ) -> types.CallToolResult | types.InputRequiredResult:
-    from .server import describe_failure, error_result, result_of
+    if params.request_state is None:
+        if params.input_responses:
+            return error_result("input_responses came without the request_state of the round they answer")
+        return await guarded(start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool)
 
+    async def restored() -> tuple[Any, Machine]:
+        handoff, machine = load_run(params.request_state)
+        if machine.tool != tool.name:
+            raise AnswerError(f"this request_state belongs to tool {machine.tool!r}, not {tool.name!r}")
+        responses = params.input_responses or {}
+        check_answered(machine, responses.keys(), "input_responses")
+        feed(machine, {key: _answer(request, responses[key]) for key, request in machine.requests.items()})
+        return handoff, machine
+
+    return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool)
+
+
+def _asked_as_input_requests(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
+    asked = _input_requests(ctx, machine)
+    return (
+        None
+        if asked is None
+        else types.InputRequiredResult(input_requests=asked, request_state=dump_run(handoff, machine))
+    )
+
+
+async def guarded(
+    started: Awaitable[tuple[Any, Machine]],
+    waiting: Callable[..., Any],
+    bridge: Any,
+    ctx: ServerRequestContext,
+    tool: Tool,
+) -> Any:
+    """Get the run (`started`), step it until it ends (the call's result) or `waiting(ctx, handoff,
+    machine)` gives the answer for a run that waits; every failure is a tool error result."""
     try:
-        if params.request_state is None:
-            if params.input_responses:
-                raise AnswerError("input_responses came without the request_state of the round they answer")
-            handoff, machine = await _first_round(bridge, ctx, tool, model)
-        else:
-            handoff, machine = load_run(params.request_state)
-            if machine.tool != tool.name:
-                raise AnswerError(f"this request_state belongs to tool {machine.tool!r}, not {tool.name!r}")
-            _feed(machine, params.input_responses or {})
+        handoff, machine = await started
         provider = bridge.sampler(ctx)
         while True:
             machine.advance()
@@ -62,9 +89,9 @@ async def run_round(
             if provider is not None and any(request.kind == "sample" for request in machine.pending):
                 await _sample_on_server(provider, machine)
                 continue
-            asked = _input_requests(ctx, machine)
-            if asked is not None:
-                return types.InputRequiredResult(input_requests=asked, request_state=dump_run(handoff, machine))
+            response = waiting(ctx, handoff, machine)
+            if response is not None:
+                return response
         if not machine.ok:
             raise ToolPhaseError(tool.name, "client", machine.result) from machine.result
         result = machine.result
@@ -72,6 +99,7 @@ async def run_round(
         if tool.after_fn is not None:
             result = await server_phase(tool, "after", tool.after_fn, handoff, result)
             check_json_data(result, "result", "convert it in after()")
+        result = tool.check_output(result)
     except (AnswerError, RunStateError, MissingCapabilityError) as error:
         return error_result(str(error))
     except BranchcError as error:
@@ -79,11 +107,13 @@ async def run_round(
     return result_of(result)
 
 
-async def _first_round(bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel) -> tuple[Any, Machine]:
+async def start_run(
+    bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, *, check: bool = True
+) -> tuple[Any, Machine]:
+    """Run before() and start the machine; `check`: first refuse a client that lacks what the tool requires."""
     if tool.client_fn is None:
         raise AnswerError(f"tool {tool.name!r} has no client phase")
-    offered = client_capabilities(ctx)[0] | ({"sampling"} if bridge.sampler(ctx) is not None else set())
-    if missing := tool.requires - offered:
+    if check and (missing := tool.requires - bridge.offered(ctx)):
         raise MissingCapabilityError(
             f"{tool.name} requires {', '.join(sorted(missing))}, which the client does not offer; "
             f"connect with a client that offers it"
@@ -102,17 +132,20 @@ async def _first_round(bridge: Any, ctx: ServerRequestContext, tool: Tool, model
     return handoff, machine
 
 
-def _feed(machine: Machine, responses: dict[str, Any]) -> None:
-    """Give each waiting request its answer; a missing, extra or mistyped answer is refused whole."""
-    asked = {request.key: request for request in machine.pending}
-    if extra := sorted(responses.keys() - asked.keys()):
-        raise AnswerError(f"input_responses has answers to requests that were not asked: {', '.join(extra)}")
-    if missing := sorted(asked.keys() - responses.keys()):
-        raise AnswerError(f"input_responses lacks answers to: {', '.join(missing)}; answer every input request")
-    answers = {key: _answer(asked[key], responses[key]) for key in asked}
+def check_answered(machine: Machine, keys: Any, what: str) -> None:
+    """Every waiting request answered, and nothing else (before anything is fed)."""
+    if extra := sorted(set(keys) - machine.requests.keys()):
+        raise AnswerError(f"{what} has answers to requests that were not asked: {', '.join(extra)}")
+    if missing := sorted(machine.requests.keys() - set(keys)):
+        raise AnswerError(f"{what} lacks answers to: {', '.join(missing)}; answer every request")
+
+
+def feed(machine: Machine, answers: dict[str, Any]) -> None:
+    """Give each waiting request its answer (a request past its deadline times out instead)."""
     now = time.time()
     for key, answer in answers.items():
-        if asked[key].deadline is not None and now >= asked[key].deadline:
+        request = machine.requests[key]
+        if request.deadline is not None and now >= request.deadline:
             machine.expire(key)
         else:
             machine.answer(key, answer)

@@ -9,14 +9,8 @@ sealed by the SDK's own `RequestStateBoundary`.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import sysconfig
-import traceback
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
@@ -25,49 +19,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..runtime.driver import run_tool
-from ..runtime.errors import BranchcError, MissingCapabilityError, ParamsError, ToolPhaseError
+from ..runtime.errors import BranchcError, MissingCapabilityError, ParamsError
 from ..runtime.limits import Limits
 from ..runtime.tool import Tool
 from .backchannel import BackchannelClient, client_capabilities
+from .guided import RESUME_TOOL, GuidedRuns, resume_tool
 from .provider import ChatCompletionsProvider, SamplingMode
+from .results import describe_failure, error_result, result_of
+from .rounds import run_round
 
-__all__ = ["Bridge", "create_server", "error_result", "where_it_failed"]
-
-# Frames in these folders are not the tool's own code: branchc, the standard library, installed packages.
-_NOT_TOOL_CODE = tuple(
-    {str(Path(__file__).resolve().parents[1])} | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
-)
-
-
-def error_result(message: str) -> types.CallToolResult:
-    """A tool error the calling model can read (and the server goes on serving)."""
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
-
-
-def result_of(value: Any) -> types.CallToolResult:
-    """The tool's result as text (JSON), and as structured content when it is an object."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    structured = value if isinstance(value, dict) else None
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
-
-
-def where_it_failed(error: BaseException) -> str | None:
-    """`file:line` of the innermost frame in the tool's own code (not branchc's, not a library's)."""
-    found = None
-    for frame, line in traceback.walk_tb(error.__traceback__):
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_NOT_TOOL_CODE) and not filename.startswith("<"):
-            found = f"{os.path.relpath(filename)}:{line}"
-    return found
-
-
-def describe_failure(error: BaseException) -> str:
-    if isinstance(error, ToolPhaseError):
-        cause = error.error
-        place = where_it_failed(cause)
-        at = f" at {place}" if place else ""
-        return f"{error.tool}: {error.phase}() failed{at}: {type(cause).__name__}: {cause}"
-    return f"{type(error).__name__}: {error}"
+__all__ = ["Bridge", "create_server"]
 
 
 class Bridge:
@@ -81,6 +42,7 @@ class Bridge:
         limits: Limits | None = None,
         sampling: SamplingMode = "client",
         provider: ChatCompletionsProvider | None = None,
+        guided: bool = False,
     ) -> None:
         if sampling != "client" and provider is None:
             raise ValueError(f"sampling={sampling!r} needs a provider: give the model endpoint's URL and model")
@@ -89,6 +51,9 @@ class Bridge:
         self.limits = limits
         self.sampling = sampling
         self.provider = provider
+        self.guided = GuidedRuns() if guided else None
+        if guided and RESUME_TOOL in self.tools:
+            raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
 
     def sampler(self, ctx: ServerRequestContext) -> ChatCompletionsProvider | None:
         """The provider when it answers this call's samples; None when the client does."""
@@ -98,17 +63,29 @@ class Bridge:
             return self.provider
         return None
 
+    def offered(self, ctx: ServerRequestContext) -> frozenset[str]:
+        """What this call's samples and elicitations can rely on: the client's capabilities, and the provider."""
+        return client_capabilities(ctx)[0] | ({"sampling"} if self.sampler(ctx) is not None else frozenset())
+
     async def list_tools(self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
-        return types.ListToolsResult(
-            tools=[
-                types.Tool(name=tool.name, description=tool.description or None, input_schema=tool.input_schema)
-                for tool in self.tools.values()
-            ]
-        )
+        tools = [
+            types.Tool(
+                name=tool.name,
+                description=tool.description or None,
+                input_schema=tool.input_schema,
+                output_schema=tool.output_schema,
+            )
+            for tool in self.tools.values()
+        ]
+        if self.guided is not None:
+            tools.append(resume_tool())
+        return types.ListToolsResult(tools=tools)
 
     async def call_tool(
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        if self.guided is not None and params.name == RESUME_TOOL:
+            return await self.guided.resume(self, ctx, params.arguments)
         tool = self.tools.get(params.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
@@ -117,9 +94,9 @@ class Bridge:
             model = tool.validate_params(params.arguments)
         except ParamsError as error:
             return error_result(str(error))
+        if self.guided is not None and tool.requires - self.offered(ctx):
+            return await self.guided.start(self, ctx, tool, model)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            from .rounds import run_round
-
             return await run_round(self, ctx, tool, model, params)
         try:
             value = await run_tool(
@@ -158,9 +135,10 @@ def create_server(
     limits: Limits | None = None,
     sampling: SamplingMode = "client",
     provider: ChatCompletionsProvider | None = None,
+    guided: bool = False,
 ) -> Server:
     """The lowlevel SDK server for `tools`, with the request-state boundary in place."""
-    bridge = Bridge(tools, name=name, limits=limits, sampling=sampling, provider=provider)
+    bridge = Bridge(tools, name=name, limits=limits, sampling=sampling, provider=provider, guided=guided)
     server = Server(name, version=__version__, on_list_tools=bridge.list_tools, on_call_tool=bridge.call_tool)
     server.middleware.append(RequestStateBoundary(state_security(state_key, state_ttl), default_audience=name))
     server.bridge = bridge  # type: ignore[attr-defined]

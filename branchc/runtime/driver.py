@@ -111,6 +111,7 @@ class _Run:
         if tool.after_fn is not None:
             result = await self._server_phase("after", tool.after_fn, handoff, result)
             check_json_data(result, "result", "convert it in after()")
+        result = tool.check_output(result)
         self.emit("result", result=result)
         return result
 

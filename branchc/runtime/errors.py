@@ -15,6 +15,7 @@ __all__ = [
     "EffectTypeError",
     "JsonDataError",
     "MissingCapabilityError",
+    "OutputError",
     "ParamsError",
     "ToolDefinitionError",
     "ToolPhaseError",
@@ -37,6 +38,15 @@ class ParamsError(BranchcError, ValueError):
         self.tool = tool
         self.errors = errors
         super().__init__(f"invalid params for {tool}:\n" + "\n".join(f"  {e}" for e in errors))
+
+
+class OutputError(BranchcError, ValueError):
+    """A tool's result does not fit the `output=` model it declares; `errors` lists every field."""
+
+    def __init__(self, tool: str, errors: list[str]) -> None:
+        self.tool = tool
+        self.errors = errors
+        super().__init__(f"{tool}: the result does not fit its output model:\n" + "\n".join(f"  {e}" for e in errors))
 
 
 class JsonDataError(BranchcError, TypeError):

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from .context import is_generator_function
-from .errors import ParamsError, ToolDefinitionError, format_validation_errors
+from .errors import OutputError, ParamsError, ToolDefinitionError, format_validation_errors
 from .limits import Limits
 
 __all__ = ["CAPABILITIES", "Tool", "resumable", "tool"]
@@ -53,11 +53,13 @@ class Tool:
         params: type[BaseModel] | None = None,
         requires: Iterable[str] = (),
         limits: Limits | None = None,
+        output: type[BaseModel] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or len(name) > 128:
             raise ToolDefinitionError(f"tool name {name!r}: give a non-empty str of at most 128 characters")
-        if params is not None and not (isinstance(params, type) and issubclass(params, BaseModel)):
-            raise ToolDefinitionError(f"tool {name!r}: params= must be a pydantic model class, not {params!r}")
+        for option, value in (("params", params), ("output", output)):
+            if value is not None and not (isinstance(value, type) and issubclass(value, BaseModel)):
+                raise ToolDefinitionError(f"tool {name!r}: {option}= must be a pydantic model class, not {value!r}")
         requires = frozenset(requires)
         if unknown := requires - CAPABILITIES:
             raise ToolDefinitionError(
@@ -66,6 +68,7 @@ class Tool:
         self.name = name
         self.description = description
         self.params: type[BaseModel] = params or _NoParams
+        self.output = output
         self.requires = requires
         self.limits = limits or Limits()
         self.before_fn: Callable[..., Any] | None = None
@@ -79,6 +82,11 @@ class Tool:
     def input_schema(self) -> dict[str, Any]:
         """JSON Schema of the params (the MCP inputSchema)."""
         return self.params.model_json_schema()
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """JSON Schema of the result (the MCP outputSchema), when the tool declares `output=`."""
+        return None if self.output is None else self.output.model_json_schema(mode="serialization")
 
     def before(self, fn: F) -> F:
         """Server side, before the client phase: `before(params) -> handoff` (sync or async)."""
@@ -113,6 +121,15 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r} already has a {phase} phase")
         return fn
 
+    def check_output(self, value: Any) -> Any:
+        """The result, checked against `output=` when the tool declares one (OutputError lists each field)."""
+        if self.output is not None:
+            try:
+                self.output.model_validate(value)
+            except ValidationError as error:
+                raise OutputError(self.name, format_validation_errors(error)) from None
+        return value
+
     def validate_params(self, params: BaseModel | dict[str, Any] | None) -> BaseModel:
         """The params model instance, or ParamsError listing every failing field."""
         if isinstance(params, self.params):
@@ -130,6 +147,8 @@ def tool(
     params: type[BaseModel] | None = None,
     requires: Iterable[str] = (),
     limits: Limits | None = None,
+    output: type[BaseModel] | None = None,
 ) -> Tool:
-    """Declare a tool; attach its phases with `@t.before`, `@t.client`, `@t.after`."""
-    return Tool(name, description=description, params=params, requires=requires, limits=limits)
+    """Declare a tool; attach its phases with `@t.before`, `@t.client`, `@t.after`.
+    `output=Model` declares the result's shape: the final result is checked against it."""
+    return Tool(name, description=description, params=params, requires=requires, limits=limits, output=output)
