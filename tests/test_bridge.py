@@ -577,3 +577,39 @@ async def test_a_declared_output_schema_is_listed(served):
         (listed,) = (await session.list_tools()).tools
         assert listed.output_schema["properties"]["total"]["type"] == "integer"
         assert structured(await session.call_tool("adder", {})) == {"total": 3}
+
+
+# -- tool calls in a history ------------------------------------------------------------------------------
+
+
+class Recording(Scripted):
+    """Scripted, answering each sample with its position; it keeps the messages it was sent."""
+
+    async def sampling(self, ctx, params):
+        self.sampled.append(params)
+        moves = {1: "4", 2: "0", 3: "6", 4: "3"}
+        text = moves[len(self.sampled)]
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text=text))
+
+
+@pytest.mark.parametrize("tools", [True, False])
+async def test_elicitations_in_a_history_reach_the_client_as_tool_use_or_as_text(env, tools):
+    _, _, elicits = await native_run("tictactoe", {})
+    client = Recording({}, elicits)
+    options = (
+        {"sampling_capabilities": types.SamplingCapability(tools=types.SamplingToolsCapability())} if tools else {}
+    )
+    async with Client(stdio(TOOLS, env), mode="legacy", **client.callbacks(), **options) as session:
+        assert not (await within(60, session.call_tool("tictactoe", {}))).is_error
+    second = client.sampled[1].messages  # after the user's first move, which is an elicitation exchange
+    kinds = [[block.type for block in message.content_as_list] for message in second]
+    if tools:
+        assert ["tool_use"] in kinds and ["tool_result"] in kinds
+        use = next(b for m in second for b in m.content_as_list if b.type == "tool_use")
+        result = next(b for m in second for b in m.content_as_list if b.type == "tool_result")
+        assert use.name == "pickMove" and result.tool_use_id == use.id
+    else:
+        assert all(kind == ["text"] for kind in kinds)
+        texts = [message.content_as_list[0].text for message in second]
+        assert any(text.startswith("[tool call pickMove#elicit_") for text in texts)
+        assert any(text.startswith("[tool result elicit_") for text in texts)

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from branchc.runtime.codec import NotSerializableError, SnapshotDataError, decode, encode
+from branchc.runtime.codec import NotSerializableError, SnapshotDataError, decode, encode, format_path
 from branchc.runtime.errors import BranchcError
 
 ALLOWED = frozenset({fx.__name__})
@@ -477,7 +477,7 @@ def test_extension_round_trip_with_cycles_and_sharing() -> None:
     seen_paths = []
 
     def enc_ext(value, encode_child, path):
-        seen_paths.append((type(value).__name__, path))
+        seen_paths.append((type(value).__name__, format_path(path)))
         if isinstance(value, Handle):
             return {"t": "handle", "name": value.name, "payload": encode_child(value.payload, f"{path}.payload")}
         return None

@@ -37,7 +37,9 @@ compiled functions, cells):
   scalar and not of an exact builtin container type (list, dict, tuple, set, frozenset cannot
   be anything the extension owns; their subclasses do reach it), nor of an exact type in the
   extension's optional ``declines`` attribute (say `BUILTIN_TYPES`). `path` is like
-  ``"history[3]['when']"``. The value is already registered, so a child may refer back to it.
+  ``"history[3]['when']"`` once formatted: it comes as a lazy chain, `format_path(path)` gives the
+  text (child paths may be chains too: ``(path, "name", ".{}")``). The value is already
+  registered, so a child may refer back to it.
   The extension returns a JSON dict ``{"t": tag, ...}`` (stored as ``["@", entry]``) or None
   to let the codec handle the value; return None before encoding any child.
   ``encode_child(child, child_path)`` returns the child's JSON: put it into the entry as it is
@@ -97,6 +99,7 @@ from pydantic import BaseModel
 from .errors import BranchcError
 
 __all__ = [
+    "format_path",
     "BUILTIN_TYPES",
     "NotSerializableError",
     "SnapshotDataError",
@@ -131,6 +134,11 @@ DecodeExtension = Callable[[dict, Callable[[Any, str], Any], str], Any]
 
 
 # Paths are built only when needed: a chain (parent, key) or (parent, key, format) down from a root name.
+def format_path(path: Any) -> str:
+    """The text of a path the codec hands an extension (built lazily: most are never shown)."""
+    return _fmt(path)
+
+
 def _fmt(path: Any) -> str:
     if type(path) is str:
         return path
@@ -335,7 +343,7 @@ class _Encoder:
                     return out
         elif self.extension is not None and t not in _PLAIN and t not in self.declines:
             out = self.memo[key] = ["@"]
-            entry = self.extension(x, self.child, _fmt(path))
+            entry = self.extension(x, self.child, path)  # a lazy path: format_path() it if you need the text
             if entry is not None:
                 if type(entry) is not dict or type(entry.get("t")) is not str:
                     raise TypeError(f"{_fmt(path)}: the codec extension must return a dict with a str 't' tag")

@@ -124,15 +124,15 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
             "in": meta.ref,
             "hash": meta.hash,
             "code": list(code_path),
-            "closure": [child(cell, f"{path}.<closure>") for cell in value.__closure__ or ()],
-            "defaults": child(value.__defaults__, f"{path}.__defaults__"),
-            "kwdefaults": child(value.__kwdefaults__, f"{path}.__kwdefaults__"),
-            "dict": child(value.__dict__, f"{path}.__dict__"),
+            "closure": [child(cell, (path, "<closure>", _ATTR)) for cell in value.__closure__ or ()],
+            "defaults": child(value.__defaults__, (path, "__defaults__", _ATTR)),
+            "kwdefaults": child(value.__kwdefaults__, (path, "__kwdefaults__", _ATTR)),
+            "dict": child(value.__dict__, (path, "__dict__", _ATTR)),
         }
     if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
         owner = value.__self__
         if owner is not None and not isinstance(owner, types.ModuleType) and not value.__name__.startswith("__"):
-            return {"t": "method", "self": child(owner, f"{path}.__self__"), "name": value.__name__}
+            return {"t": "method", "self": child(owner, (path, "__self__", _ATTR)), "name": value.__name__}
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         ref = _function_ref(value)
         return {"t": "ref", "ref": ref} if ref else None
