@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import json
 import multiprocessing
 import os
