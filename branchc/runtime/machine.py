@@ -533,11 +533,7 @@ def _sample_result(answer: Any, number: int) -> SampleResult:
     if isinstance(answer, str):
         return SampleResult(text=answer)
     if isinstance(answer, dict):
-        try:
-            answer = SampleResult.model_validate(answer)
-        except ValidationError as error:
-            lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
-            raise ClientAnswerError(f"sample #{number}: the client's answer is not a SampleResult:\n{lines}") from None
+        answer = _client_model(SampleResult, answer, f"sample #{number}: the client's answer is not a SampleResult")
     if not isinstance(answer, SampleResult):
         raise ClientAnswerError(
             f"sample #{number}: the client answered with a {type(answer).__name__}; "
@@ -546,6 +542,15 @@ def _sample_result(answer: Any, number: int) -> SampleResult:
     for index, call in enumerate(answer.tool_calls):
         _client_json(call.function.arguments, f"sample #{number}: tool_calls[{index}].function.arguments")
     return answer
+
+
+def _client_model(model: Any, answer: dict, problem: str) -> Any:
+    """A client's dict answer as `model`; ClientAnswerError lists each field that does not fit."""
+    try:
+        return model.model_validate(answer)
+    except ValidationError as error:
+        lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
+        raise ClientAnswerError(f"{problem}:\n{lines}") from None
 
 
 def _client_json(value: Any, where: str) -> None:
@@ -560,11 +565,7 @@ def _parse_elicit_answer(answer: Any, key: str, seq: int) -> ElicitAnswer:
     if isinstance(answer, ElicitAnswer):
         parsed = answer
     elif isinstance(answer, dict):
-        try:
-            parsed = ElicitAnswer.model_validate(answer)
-        except ValidationError as error:
-            lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
-            raise ClientAnswerError(f"{where}: the client's answer has the wrong shape:\n{lines}") from None
+        parsed = _client_model(ElicitAnswer, answer, f"{where}: the client's answer has the wrong shape")
     else:
         raise ClientAnswerError(
             f"{where}: the client answered with a {type(answer).__name__}; "
