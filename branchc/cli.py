@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +24,7 @@ from .runtime.loader import load_tool
 from .runtime.messages import SampleResult
 from .runtime.testing import MockClient
 from .viz import TimelinePrinter
+from .viz.trace import TraceRecorder
 
 app = typer.Typer(
     help="Compile, run and serve interactive MCP tools written as Python generators.",
@@ -119,11 +121,16 @@ def run(
     max_tokens: Annotated[int | None, typer.Option(help="Runtime policy: token budget.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Runtime policy: seconds for the client phase.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the result.")] = False,
+    trace: Annotated[
+        Path | None,
+        typer.Option("--trace", metavar="FILE", help="Record every step as JSON, for `branchc graph --trace`."),
+    ] = None,
 ) -> None:
     """Run a tool: before -> client -> after, with scripted or typed answers.
 
     The timeline goes to stderr, the result (JSON) to stdout.
     """
+    recorder: TraceRecorder | None = None
     try:
         if interactive == (responses is not None):
             raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
@@ -131,18 +138,40 @@ def run(
         arguments = _parse_params(params)
         client = ConsoleClient(err) if interactive else _load_responses(responses)
         limits = Limits(max_depth=max_depth, max_tokens=max_tokens, timeout=timeout)
-        printer = None if quiet else TimelinePrinter(err)
-        result = anyio.run(lambda: run_tool(tool, arguments, client, limits=limits, call_id=call_id, on_event=printer))
+        observers = [] if quiet else [TimelinePrinter(err)]
+        if trace is not None:
+            recorder = TraceRecorder(file.resolve(), getattr(tool.client_fn, "__qualname__", None))
+            observers.append(recorder)
+
+        def on_event(event: dict) -> None:
+            for observer in observers:
+                observer(event)
+
+        result = anyio.run(
+            lambda: run_tool(
+                tool, arguments, client, limits=limits, call_id=call_id, on_event=on_event if observers else None
+            )
+        )
     except ToolPhaseError as error:
         place = _phase_location(error)
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         if place:
             err.print(f"  [dim]at {escape(place)}[/]")
+        _write_trace(recorder, trace, error=str(error))
         raise typer.Exit(1) from None
     except (CliError, BranchcError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
+        _write_trace(recorder, trace, error=str(error))
         raise typer.Exit(1) from None
+    _write_trace(recorder, trace, result=result)
     print(json.dumps(result, indent=2, ensure_ascii=False))
+
+
+def _write_trace(recorder: TraceRecorder | None, path: Path | None, **outcome: Any) -> None:
+    if recorder is None or path is None:
+        return
+    recorder.write(path, **outcome)
+    err.print(f"[dim]trace of {len(recorder.events)} events written to {escape(str(path))}[/]")
 
 
 def _print_diagnostics(diagnostics) -> None:
@@ -205,6 +234,57 @@ def compile_(
         err.print(f"[red]{len(result.errors)} error(s)[/]")
         raise typer.Exit(1)
     err.print(f"compiled {len(result.compiled)} module(s), {len(result.cached)} unchanged, into {escape(str(out))}")
+
+
+class GraphFormat(StrEnum):
+    dot = "dot"
+    mermaid = "mermaid"
+    svg = "svg"
+    png = "png"
+    html = "html"
+
+
+@app.command()
+def graph(
+    path: Annotated[Path, typer.Argument(help="Tool sources (a file or a folder) or a build folder.")],
+    tool_name: Annotated[str | None, typer.Option("--tool", "-t", metavar="NAME", help="The tool to draw.")] = None,
+    function: Annotated[
+        str | None, typer.Option("--function", "-f", metavar="QUALNAME", help="Draw one compiled function instead.")
+    ] = None,
+    fmt: Annotated[GraphFormat | None, typer.Option("--format", help="Default: from -o's suffix, else dot.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    trace: Annotated[
+        Path | None, typer.Option("--trace", metavar="FILE", help="Overlay a run recorded by `branchc run --trace`.")
+    ] = None,
+) -> None:
+    """Draw the split graph of a tool or resumable function: phases, states, suspensions, what each carries."""
+    from .viz.graph import GraphError, load_manifest, overlay_trace, split_graph
+    from .viz.render import RenderError, render
+    from .viz.trace import TraceError, read_trace
+
+    if fmt is None:
+        suffix = output.suffix.lower().lstrip(".") if output else ""
+        fmt = GraphFormat(suffix) if suffix in GraphFormat.__members__ else GraphFormat.dot
+        if suffix in ("mmd", "md"):
+            fmt = GraphFormat.mermaid
+    try:
+        if tool_name is not None and function is not None:
+            raise CliError("give --tool NAME or --function QUALNAME, not both")
+        drawn = split_graph(load_manifest(path), tool=tool_name, function=function)
+        if trace is not None:
+            overlay_trace(drawn, read_trace(trace))
+        data = render(drawn, fmt.value)
+    except (CliError, GraphError, RenderError, TraceError, ValueError) as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    if output is None:
+        if fmt is GraphFormat.png:
+            err.print("[red bold]error:[/] PNG is binary: give -o FILE.png")
+            raise typer.Exit(1)
+        sys.stdout.write(data.decode())
+        return
+    output.write_bytes(data)
+    err.print(f"wrote {escape(str(output))} ({fmt.value}, {drawn.number_of_nodes()} states and phases)")
 
 
 class Sampling(StrEnum):

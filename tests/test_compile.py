@@ -79,7 +79,8 @@ def test_compile_writes_modules_with_package_structure_and_a_manifest(tree: Path
     manifest = json.loads((out / "branchc.json").read_text())
     function = manifest["modules"]["games.counter"]["functions"][0]
     assert function["qualname"] == "counter"
-    assert function["states"] == [0, 1]
+    assert [state["label"] for state in function["states"]] == [0, 1]
+    assert {(t["source"], t["target"]) for t in function["transitions"]} >= {(0, 1), (1, 1)}
     (suspension,) = function["suspensions"]
     assert suspension["span"][:2] == [GAME.splitlines().index("        sent = yield total") + 1, 16]
     assert suspension["live"] == ["_bc_it1", "seen", "total"]

@@ -8,32 +8,21 @@ express when the tool is loaded, not when a user is waiting for the form.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
 from ..runtime.errors import BranchcError
 from ..runtime.tool import Tool
-from ..splitter.build import MANIFEST, build
+from ..splitter.build import MANIFEST, BuildError, build_folder
 from .elicitation import ElicitSchemaError, elicited_models, form_schema
 
-__all__ = ["ServeLoadError", "cache_folder", "load_served_tools"]
+__all__ = ["ServeLoadError", "load_served_tools"]
 
 
 class ServeLoadError(BranchcError, ValueError):
     """PATH does not give a set of tools that can be served; the message says what to fix."""
-
-
-def cache_folder(source: Path) -> Path:
-    """Where the compiled form of `source` is kept ($BRANCHC_CACHE, else the user's cache folder)."""
-    root = os.environ.get("BRANCHC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "branchc"
-    )
-    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
-    return Path(root) / f"{source.name or 'root'}-{digest}"
 
 
 def load_served_tools(path: str | Path) -> dict[str, Tool]:
@@ -41,14 +30,10 @@ def load_served_tools(path: str | Path) -> dict[str, Tool]:
     path = Path(path)
     if not path.exists():
         raise ServeLoadError(f"{path}: no such file or folder; give tool sources or a build folder")
-    if path.is_dir() and (path / MANIFEST).is_file():
-        out = path
-    else:
-        out = cache_folder(path)
-        result = build([path], out)
-        if result.errors:
-            shown = "\n".join(str(d) for d in result.errors[:10])
-            raise ServeLoadError(f"{path}: the tools do not compile:\n{shown}")
+    try:
+        out = build_folder(path)
+    except BuildError as error:
+        raise ServeLoadError(str(error)) from None
     return _import_tools(out)
 
 

@@ -119,7 +119,7 @@ class _Run:
         return await server_phase(self.tool, phase, fn, *args)
 
     async def _client_phase(self, handoff: Any) -> Any:
-        machine = Machine(self.tool.name, self.call_id, self.limits, self.emit)
+        machine = Machine(self.tool.name, self.call_id, self.limits, self.emit if self.on_event else None)
         try:
             machine.start(self.tool.client_fn, handoff, self.tool.client_fn.__qualname__)
             await self._answer_all(machine)

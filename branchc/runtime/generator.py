@@ -406,3 +406,29 @@ def resume(data: dict[str, Any], *, context: Any = None, allowed_modules: frozen
     from .snapshot import resume as _resume
 
     return _resume(data, context=context, allowed_modules=allowed_modules)
+
+
+def suspended_at(generator: Any) -> dict[str, Any]:
+    """Where a suspended generator waits: its function and the yield's line and column (1-based),
+    plus the state label when it is compiled. Traces record it; a native generator reads the
+    position of its paused instruction, so traces of native and compiled runs agree."""
+    if isinstance(generator, ResumableGenerator):
+        frame = generator._gen.gi_frame
+        label = frame.f_locals.get("_bc_label") if frame is not None else None
+        meta = generator.meta
+        site = meta.sites.get(label) if label else None
+        where = {"function": meta.qualname, "label": label}
+        return where | ({"line": site[0], "column": site[1]} if site else {})
+    code, frame = getattr(generator, "gi_code", None), getattr(generator, "gi_frame", None)
+    if code is None or frame is None:
+        return {}
+    line, _, column, _ = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None))
+    return {"function": code.co_qualname, "line": line, "column": (column or 0) + 1}
+
+
+def function_of(generator: Any) -> str | None:
+    """The qualified name of the function a generator runs."""
+    if isinstance(generator, ResumableGenerator):
+        return generator.meta.qualname
+    code = getattr(generator, "gi_code", None)
+    return code.co_qualname if code is not None else None

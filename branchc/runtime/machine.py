@@ -43,6 +43,7 @@ from .errors import (
     JsonDataError,
     format_validation_errors,
 )
+from .generator import suspended_at
 from .jsondata import check_json_data
 from .limits import Limits, estimate_tokens
 from .messages import AssistantToolCallMessage, Message, SampleResult
@@ -99,6 +100,7 @@ class Machine:
         self.call_id = call_id
         self.limits = limits
         self.emit = emit or (lambda event, branch=None, **data: None)
+        self.observed = emit is not None  # then each suspension is reported too, for traces
         self.samples = 0
         self.elicits = 0
         self.groups_made = 0
@@ -179,6 +181,8 @@ class Machine:
         if not isinstance(effect, EFFECTS):
             self.ready.append((ident, False, self._not_an_effect(generator, branch.state, effect)))
             return
+        if self.observed:
+            self.emit("suspend", branch.state, **suspended_at(generator))
         outcome = self._perform(effect, ["b", ident], branch.state)
         if isinstance(outcome, str):
             branch.wait = outcome
@@ -326,7 +330,14 @@ class Machine:
             parent_system_prompt=parent.system_prompt,
             system_prompt=effect.system_prompt if effect.system_prompt is not None else parent.system_prompt,
         )
-        self.emit("branch", child, parent=parent.id, name=effect.name, inherit_messages=effect.inherit_messages)
+        self.emit(
+            "branch",
+            child,
+            parent=parent.id,
+            name=effect.name,
+            function=getattr(effect.fn, "__qualname__", None),
+            inherit_messages=effect.inherit_messages,
+        )
         try:
             generator = effect.fn(Context(child), *effect.args, **effect.kwargs)
         except Exception as error:

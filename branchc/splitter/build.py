@@ -27,7 +27,7 @@ from .. import __version__
 from .compiler import COMPILER_VERSION, CompiledModule, compile_module
 from .diagnostics import CompileError, Diagnostic
 
-__all__ = ["BuildResult", "SourceFile", "build", "build_workers", "check", "find_sources"]
+__all__ = ["BuildError", "BuildResult", "SourceFile", "build", "build_folder", "build_workers", "check", "find_sources"]
 
 MANIFEST = "branchc.json"
 
@@ -227,9 +227,40 @@ def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
             "input_schema": value.input_schema,
             "requires": sorted(value.requires),
             "limits": value.limits.model_dump(exclude_none=True),
+            "before": getattr(value.before_fn, "__qualname__", None),
             "client": getattr(value.client_fn, "__qualname__", None),
+            "after": getattr(value.after_fn, "__qualname__", None),
         }
         for value in vars(module).values()
         if isinstance(value, Tool)
     ]
     return tools, None
+
+
+class BuildError(ValueError):
+    """Sources that do not compile, or a path that holds neither sources nor a build."""
+
+
+def cache_folder(source: Path) -> Path:
+    """Where the compiled form of `source` is kept ($BRANCHC_CACHE, else the user's cache folder)."""
+    root = os.environ.get("BRANCHC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "branchc"
+    )
+    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
+    return Path(root) / f"{source.name or 'root'}-{digest}"
+
+
+def build_folder(path: str | Path) -> Path:
+    """A build of `path`: the folder itself when it is a build, else its sources compiled into the
+    cache (rebuilt only where they changed)."""
+    path = Path(path)
+    if not path.exists():
+        raise BuildError(f"{path}: no such file or folder; give tool sources or a build folder")
+    if path.is_dir() and (path / MANIFEST).is_file():
+        return path
+    out = cache_folder(path)
+    result = build([path], out)
+    if result.errors:
+        shown = "\n".join(str(d) for d in result.errors[:10])
+        raise BuildError(f"{path}: the tools do not compile:\n{shown}")
+    return out

@@ -24,10 +24,11 @@ from .liveness import live_variables
 from .lower import Lowerer
 from .normalize import Normalizer
 from .positions import KINDS_NEEDED, Positions
+from .states import StateGraph, effect_of, state_graph
 
 __all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
 
-COMPILER_VERSION = "2"
+COMPILER_VERSION = "3"
 _BRANCHC_MODULES = {"branchc", "branchc.runtime", "branchc.runtime.tool"}
 _INTERNAL = {"_bc_T", "_bc_R", "_bc_L", "_bc_label", "_bc_x"}
 
@@ -38,26 +39,38 @@ class CompiledFunction:
     kind: str  # "resumable" or "client"
     line: int
     hash: str
+    end_line: int
     sites: list[dict] = field(default_factory=list)
     restorable: list[str] = field(default_factory=list)
     live: dict[int, list[str]] = field(default_factory=dict)
+    graph: StateGraph | None = None
 
     def manifest(self) -> dict:
-        """This function's entry in branchc.json: its states, suspension points and what each carries."""
+        """This function's entry in branchc.json: its states, where it suspends, what each
+        suspension waits on and carries, and the transitions between states."""
+        lines = self.graph.lines if self.graph else {}
         return {
             "qualname": self.qualname,
             "kind": self.kind,
             "line": self.line,
+            "end_line": self.end_line,
             "hash": self.hash,
-            "states": [0, *(site["label"] for site in self.sites)],
+            "states": [
+                {"label": label, "lines": lines.get(label, [])} for label in [0, *(s["label"] for s in self.sites)]
+            ],
             "suspensions": [
                 {
                     "label": site["label"],
                     "span": site["span"],
                     "delegates": site["delegates"],
+                    "effect": site.get("effect", {"kind": "value", "targets": []}),
                     "live": self.live.get(site["label"], []),
                 }
                 for site in self.sites
+            ],
+            "transitions": [
+                {"source": source, "target": target, "kind": kind}
+                for source, target, kind in (self.graph.transitions if self.graph else [])
             ],
         }
 
@@ -435,6 +448,24 @@ class _Splitter(cst.CSTTransformer):
             return None
         return "\n".join(self.lines[where.start.line - 1 : where.end.line])
 
+    def split_graph(self, original: cst.FunctionDef, compiled: CompiledFunction) -> None:
+        """Pass 5: the states and transitions the manifest records (see states.py)."""
+        positions = self.reporter.positions
+        definition = positions.definition(original)
+        if definition is None:
+            return
+        labels = {(site["line"], site["column"]): site for site in compiled.sites}
+
+        def label_of(node: ast.AST) -> int | None:
+            line, column = positions.start(node)
+            site = labels.get((line, column + 1))
+            if site is None:
+                return None
+            site["effect"] = effect_of(node)
+            return site["label"]
+
+        compiled.graph = state_graph(definition, label_of)
+
     def warn_untravelable(self, lowered: list[cst.BaseStatement], compiled: CompiledFunction) -> None:
         """Report, at compile time, values that are live across a yield and can never travel."""
         finder = _Handles(self.targets.is_native_generator)
@@ -508,12 +539,13 @@ class _Splitter(cst.CSTTransformer):
         line, _ = reporter.where(original)
         code = text if text is not None else self.module.code_for_node(original)
         digest = hashlib.sha256((COMPILER_VERSION + "\0" + qualname + "\0" + code).encode()).hexdigest()[:16]
-        compiled = CompiledFunction(qualname, kind, line, digest)
+        compiled = CompiledFunction(qualname, kind, line, digest, reporter.span(original)[2])
         for site in lowerer.sites:
             span = reporter.span(site.node)
             compiled.sites.append(
                 {"label": site.label, "line": span[0], "column": span[1], "span": span, "delegates": site.delegates}
             )
+        self.split_graph(original, compiled)
 
         params = _flat_params(node.params)
         hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names

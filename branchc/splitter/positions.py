@@ -92,6 +92,7 @@ class Positions:
         self.indexed: dict[cst.CSTNode, dict[type, list[cst.CSTNode]]] = {}  # filled by the compiler's walk
         self.definitions: dict[cst.FunctionDef, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # of `compiled`
         self._table: dict[cst.CSTNode, Position] | None = None
+        self._defs_at: dict[tuple[int, str], ast.FunctionDef | ast.AsyncFunctionDef] | None = None
 
     def _chars(self, line: int, byte_column: int) -> int:
         """ast columns count UTF-8 bytes; LibCST's count characters."""
@@ -155,6 +156,16 @@ class Positions:
         return self.table.get(node, default)
 
     def definition(self, node: cst.FunctionDef) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The `ast` node of a compiled function."""
+        """The `ast` node of a compiled function, nested ones included."""
         _ = self.table
-        return self.definitions.get(node)
+        found = self.definitions.get(node)
+        where = self.table.get(node)
+        if found is None and where is not None:
+            if self._defs_at is None:
+                self._defs_at = {(d.lineno, d.name): d for d in _defs(self.tree)}
+            found = self._defs_at.get((where.start.line, node.name.value))
+        return found
+
+    def start(self, node: ast.AST) -> tuple[int, int]:
+        """(line, column in characters) where an `ast` node starts, as LibCST counts."""
+        return node.lineno, self._chars(node.lineno, node.col_offset)
