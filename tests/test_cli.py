@@ -96,7 +96,7 @@ def test_run_with_scripted_answers_prints_timeline_and_result(demo) -> None:
         "▶ demo",
         "log info  starting",
         "progress 1/2  halfway",
-        "branch analyze (fresh context)",
+        "branch analyze [0.1] (fresh context)",
         "[0.1] sample #1 Analyze ['card0', 'card1']",
         "→ Looks good",
         "elicit #1 pick Pick a number",
@@ -105,7 +105,8 @@ def test_run_with_scripted_answers_prints_timeline_and_result(demo) -> None:
     ):
         assert expected in timeline, f"{expected!r} not in:\n{timeline}"
     # the branch is drawn one level deeper than the client phase
-    assert re.search(r"^│ │ \[0\.1\] sample #1", timeline, re.M)
+    assert re.search(r"^│ │ ├─ \[0\.1\] sample #1", timeline, re.M)
+    assert re.search(r"^│ ├─┬ branch analyze \[0\.1\]", timeline, re.M)
 
 
 def test_quiet_prints_only_the_result(demo) -> None:

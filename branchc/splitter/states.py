@@ -70,7 +70,9 @@ class _Flow:
 
     # -- completions: raise, return, break, continue, through any finally on the way -----------
 
-    def jump(self, source: int, kind: str, when: str | None = None) -> None:
+    def jump(self, source: int, kind: str, when: str | None = None, *, escape: bool = True) -> None:
+        """Link `source` to where a completion of `kind` goes; `escape=False` stops at the function's
+        edge (an exception that may escape from anywhere is drawn only where something catches it)."""
         edge = {"when": when} if when else {}
         for frame in reversed(self.stack):
             if frame.kind == "loop" and kind in ("break", "continue"):
@@ -92,7 +94,8 @@ class _Flow:
                 frame.final.jumps.add(kind)
                 self.link([source], frame.final.entry, pending=kind, raised=kind == RAISE, **edge)
                 return
-        self.link([source], self.exits[kind], raised=kind == RAISE, **edge)
+        if escape:
+            self.link([source], self.exits[kind], raised=kind == RAISE, **edge)
 
     # -- expressions: the yields in them, in the order the compiler labelled them -----------------
 
@@ -106,9 +109,11 @@ class _Flow:
             return [first]
         yields.sort(key=lambda found: found[0])
         chain = [first]
-        for label, _, _ in yields:
+        for label, node, _ in yields:
             chain.append(self.node(label=label))
             self.link([chain[-2]], chain[-1])
+            if isinstance(node, ast.YieldFrom):  # each value the delegate yields suspends here again
+                self.link([chain[-1]], chain[-1])
         end = yields[-1][1].end_lineno or lines.stop - 1
         chain.append(self.node(range(end, lines.stop)))
         self.link([chain[-2]], chain[-1])
@@ -118,7 +123,7 @@ class _Flow:
         if any(frame.dispatch is not None or frame.final is not None for frame in self.stack):
             # an effect that fails raises at its yield: draw it where a handler or finally sees it
             for yield_node in chain[1:-1]:
-                self.jump(yield_node, RAISE)
+                self.jump(yield_node, RAISE, escape=False)
         return [chain[-1]]
 
     # -- statements ---------------------------------------------------------------------------
@@ -202,6 +207,8 @@ class _Flow:
         if dispatch is not None and final is not None and not any(map(_catches_all, node.handlers)):
             final.jumps.add(RAISE)  # what no handler catches runs the finally on its way out
             self.link([dispatch], final.entry, pending=RAISE)
+        if dispatch is not None and final is None and not any(map(_catches_all, node.handlers)):
+            self.jump(dispatch, RAISE, escape=False)  # what no handler here catches, an outer try may
         self.stack.append(_Frame("try", dispatch=dispatch, final=final))
         outs = self.block(node.body, preds)
         self.stack.pop()

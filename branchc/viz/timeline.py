@@ -1,7 +1,9 @@
 """The terminal timeline of a run, drawn from the runtime's events as they happen.
 
-Branches are indented under their parent, like the seed's branching diagram;
-concurrent branches carry their id so interleaved lines stay readable.
+Drawn like the seed's branching diagram: each step hangs off its branch's rail, a branch
+forks off its parent's rail (`├─┬`) one level deeper, and ends by reducing to one value
+(`╰─┘`) that goes back to the parent. Concurrent branches carry their id, so interleaved
+lines stay readable.
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ class TimelinePrinter:
         if handler is not None:
             handler(event)
 
-    def _line(self, depth: int, markup: str, branch: str | None = None) -> None:
+    def _line(self, depth: int, markup: str, branch: str | None = None, joint: str = "├─ ") -> None:
         rail = "│ " * (depth + 1)
         tag = f"[dim]\\[{branch}][/] " if branch and depth > 0 else ""
-        self.console.print(f"[dim]{rail}[/]{tag}{markup}", highlight=False, soft_wrap=True)
+        self.console.print(f"[dim]{rail}{joint}[/]{tag}{markup}", highlight=False, soft_wrap=True)
 
     def _detail(self, depth: int, markup: str) -> None:
-        self.console.print(f"[dim]{'│ ' * (depth + 1)}  [/]{markup}", highlight=False, soft_wrap=True)
+        self.console.print(f"[dim]{'│ ' * (depth + 2)}  [/]{markup}", highlight=False, soft_wrap=True)
 
     def _on_start(self, e: dict[str, Any]) -> None:
         params = escape(_short(e["params"], self.width))
@@ -62,13 +64,20 @@ class TimelinePrinter:
 
     def _on_branch(self, e: dict[str, Any]) -> None:
         context = "inherited context" if e["inherit_messages"] else "fresh context"
-        self._line(e["depth"] - 1, f"[magenta]branch {escape(e['name'])}[/] [dim]({context})[/]", e["branch"])
+        self._line(
+            e["depth"] - 1,
+            f"[magenta]branch {escape(e['name'])}[/] [dim]\\[{e['branch']}] ({context})[/]",
+            joint="├─┬ ",
+        )
 
     def _on_branch_end(self, e: dict[str, Any]) -> None:
         if "error" in e:
-            self._line(e["depth"], f"[red]✗ {escape(_short(e['error'], self.width))}[/]", e["branch"])
+            self._line(
+                e["depth"] - 1, f"[red]✗ raised {escape(_short(e['error'], self.width))}[/]", e["branch"], "│ ╰─┘ "
+            )
         else:
-            self._line(e["depth"], f"[magenta]↩ returned[/] {escape(_short(e['result'], self.width))}", e["branch"])
+            result = escape(_short(e["result"], self.width))
+            self._line(e["depth"] - 1, f"[magenta]reduces to[/] {result}", e["branch"], "│ ╰─┘ ")
 
     def _on_sample(self, e: dict[str, Any]) -> None:
         messages = e["request"]["messages"]
@@ -102,7 +111,9 @@ class TimelinePrinter:
 
     def _on_client_result(self, e: dict[str, Any]) -> None:
         self.console.print(
-            f"[dim]│ ↩ returned[/] {escape(_short(e['result'], self.width))}", highlight=False, soft_wrap=True
+            f"[dim]│ ╰─[/] [magenta]returns[/] {escape(_short(e['result'], self.width))}",
+            highlight=False,
+            soft_wrap=True,
         )
 
     def _on_result(self, e: dict[str, Any]) -> None:
