@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import pytest
 from _runtime_support import CAPS, EchoClient, Events, run
@@ -76,7 +77,7 @@ async def test_before_client_after_in_order(asynchronous):
         ("client", {"cards": ["a", "a", "a"]}),
         ("after", {"cards": ["a", "a", "a"]}, {"picked": "a"}),
     ]
-    assert events.names == ["start", "handoff", "log", "client_result", "result"]
+    assert events.names == ["start", "handoff", "suspend", "log", "client_result", "result"]
 
 
 async def test_without_before_the_handoff_is_the_params_as_json():
@@ -464,8 +465,20 @@ async def test_events_are_json_data_in_order_with_their_fields():
     result, events = await run(t, client_, {"name": "z"}, call_id="c1")
     assert result == {"child": "yo", "n": 4, "name": "z"}
     assert events.names == [
-        "start", "handoff", "log", "notify", "branch", "sample", "branch_end", "elicit", "client_result", "result",
+        "start", "handoff", "suspend", "log", "suspend", "notify", "suspend", "branch", "suspend", "sample",
+        "branch_end", "suspend", "elicit", "client_result", "result",
     ]  # fmt: skip
+    # each suspension says where: the function, and the yield's line and column in the source
+    suspends = [e for e in events.events if e["event"] == "suspend"]
+    assert [(e["branch"], e["function"]) for e in suspends] == [
+        ("0", "test_events_are_json_data_in_order_with_their_fields.<locals>.client"),
+        ("0", "test_events_are_json_data_in_order_with_their_fields.<locals>.client"),
+        ("0", "test_events_are_json_data_in_order_with_their_fields.<locals>.client"),
+        ("0.1", "_event_child"),
+        ("0", "test_events_are_json_data_in_order_with_their_fields.<locals>.client"),
+    ]
+    source = Path(__file__).read_text().splitlines()
+    assert "ctx.elicit(" in source[suspends[-1]["line"] - 1][suspends[-1]["column"] - 1 :]
     # every event survives a JSON round trip unchanged (no tuples, no objects)
     assert events.events == events.raw
     by = {e["event"]: e for e in events.events}
@@ -482,7 +495,7 @@ async def test_events_are_json_data_in_order_with_their_fields():
     }  # fmt: skip
     assert by["branch"] == {
         "event": "branch", "branch": "0.1", "depth": 1, "parent": "0", "name": "_event_child",
-        "inherit_messages": True,
+        "function": "_event_child", "inherit_messages": True,
     }  # fmt: skip
     assert by["sample"]["branch"] == "0.1"
     assert by["sample"]["number"] == 1

@@ -150,7 +150,12 @@ async def test_a_compiled_stand_in_gives_identical_results_client_calls_and_even
     native, fake = outcomes["native"], outcomes["compiled"]
     assert fake[0] == native[0]
     assert fake[1] == native[1]
-    assert fake[2] == native[2]
+    # the stand-in has no frame, so its suspensions carry no source position; all else is equal
+    located = [e for e in native[2] if e["event"] == "suspend"]
+    assert located and all({"function", "line", "column"} <= e.keys() for e in located)
+    position = ("function", "line", "column")
+    unlocated = [{k: v for k, v in e.items() if e["event"] != "suspend" or k not in position} for e in native[2]]
+    assert fake[2] == unlocated
 
     result = native[0]
     assert result["first"] == "re: hello"
