@@ -173,8 +173,11 @@ class _Builder:
                 effect=suspension.get("effect", {}) if suspension else {},
                 at=suspension["span"][:2] if suspension else [entry["line"], 1],
             )
+        direct = {(t["source"], t["target"]) for t in entry["transitions"] if t["kind"] == "normal"}
         for transition in entry["transitions"]:
             target = transition["target"]
+            if transition["kind"] == "loop" and (transition["source"], target) in direct:
+                continue  # also reached without going round a loop: one edge says it
             if isinstance(target, str):  # "return" / "raise"
                 self.node(f"{prefix}:{target}", kind=target, cluster=cluster, function=function.qualname)
                 text = target
@@ -197,9 +200,10 @@ class _Builder:
                 self.graph.add_edge(f"{prefix}:{label}", node, kind="link", label=link)
         return cluster
 
-    def phase(self, name: str, qualname: str | None, source: str, cluster: str) -> str | None:
+    def phase(self, name: str, qualname: str | None, source: str) -> str | None:
         if qualname is None:
             return None
+        cluster = self.cluster(f"cluster_{name}", f"{name}  ·  server", "server")
         span = self.sources.span_of(source, qualname)
         lines = list(range(span[0], span[1] + 1)) if span else []
         return self.node(
@@ -240,11 +244,9 @@ def split_graph(manifest: dict, *, tool: str | None = None, function: str | None
         module, info, entry = matches[0]
     source = info.get("source", module)
     graph.graph["title"] = entry["name"]
-    server_before = builder.cluster("cluster_before", "before  ·  server", "server")
+    before = builder.phase("before", entry.get("before"), source)
     portable = builder.cluster("cluster_client", "client  ·  portable (compiled, resumable anywhere)", "portable")
-    server_after = builder.cluster("cluster_after", "after  ·  server", "server")
-    before = builder.phase("before", entry.get("before"), source, server_before)
-    after = builder.phase("after", entry.get("after"), source, server_after)
+    after = builder.phase("after", entry.get("after"), source)
     client = builder.resolve(module, entry.get("client") or "")
     if client is None:
         raise GraphError(f"{source}: the client phase of {entry['name']!r} was not compiled; run branchc check")

@@ -52,6 +52,26 @@ def _wrap(words: list[str], width: int = 44) -> list[str]:
     return [*lines, line] if line else lines
 
 
+_INTERNAL_NAMES = (
+    ("_bc_it", "(for iterator)"),
+    ("_bc_exc", "(handled exception)"),
+    ("_bc_pend", "(pending completion)"),
+    ("_bc_yf", "(yield from delegate)"),
+    ("_bc_hv", "(saved name)"),
+    ("_bc_rv", "(return value)"),
+    ("_bc_case", "(match case)"),
+    ("_bc_t", "(partial expression)"),
+)
+
+
+def readable(name: str) -> str:
+    """A variable the compiler introduced, said in words: what a snapshot there really holds."""
+    for prefix, words in _INTERNAL_NAMES:
+        if name.startswith(prefix):
+            return words
+    return name
+
+
 def node_lines(data: dict[str, Any]) -> list[str]:
     """The text drawn in a node, line by line."""
     kind = data["kind"]
@@ -65,7 +85,8 @@ def node_lines(data: dict[str, Any]) -> list[str]:
         title = "start" if data["state"] == 0 else f"state {data['state']}"
         lines = [f"{title}  ·  lines {data['ranges']}" if data["ranges"] else title]
         if data["live"]:
-            lines += _wrap([f"carries: {data['live'][0]}", *data["live"][1:]])
+            names = list(dict.fromkeys(map(readable, data["live"])))
+            lines += _wrap([f"carries: {names[0]}", *names[1:]])
     if data.get("visits"):
         lines.append("visited #" + ", #".join(map(str, data["visits"])))
     for answer in data.get("answers", [])[:2]:
@@ -211,7 +232,7 @@ def to_html(graph: nx.MultiDiGraph) -> str:
             "title": node_lines(data)[0],
             "function": data.get("function"),
             "source": data.get("source", ""),
-            "live": data.get("live", []),
+            "live": list(dict.fromkeys(map(readable, data.get("live", [])))),
             "effect": data.get("effect", {}),
             "visits": data.get("visits", []),
             "answers": data.get("answers", []),
