@@ -108,23 +108,25 @@ class _Flow:
         if not yields:
             return [first]
         yields.sort(key=lambda found: found[0])
-        chain = [first]
-        for label, node, _ in yields:
-            chain.append(self.node(label=label))
-            self.link([chain[-2]], chain[-1])
+        before, labelled = first, []
+        for label, node, optional in yields:
+            suspend, after = self.node(label=label), self.node()
+            self.link([before], suspend)
+            self.link([suspend], after)
+            if optional:  # from the junction before it to the one after: runs of them skip together
+                self.link([before], after)
             if isinstance(node, ast.YieldFrom):  # each value the delegate yields suspends here again
-                self.link([chain[-1]], chain[-1])
+                self.link([suspend], suspend)
+            labelled.append(suspend)
+            before = after
         end = yields[-1][1].end_lineno or lines.stop - 1
-        chain.append(self.node(range(end, lines.stop)))
-        self.link([chain[-2]], chain[-1])
-        for index, (_, _, optional) in enumerate(yields, start=1):
-            if optional:
-                self.link([chain[index - 1]], chain[index + 1])
+        last = self.node(range(end, lines.stop))
+        self.link([before], last)
         if any(frame.dispatch is not None or frame.final is not None for frame in self.stack):
             # an effect that fails raises at its yield: draw it where a handler or finally sees it
-            for yield_node in chain[1:-1]:
-                self.jump(yield_node, RAISE, escape=False)
-        return [chain[-1]]
+            for suspend in labelled:
+                self.jump(suspend, RAISE, escape=False)
+        return [last]
 
     # -- statements ---------------------------------------------------------------------------
 
@@ -138,8 +140,8 @@ class _Flow:
         method = getattr(self, "_" + type(node).__name__, None)
         if method is not None:
             return method(node, preds)
-        if isinstance(node, _NESTED):
-            return [self.expression([], range(node.lineno, node.lineno + 1), preds)[0]]
+        if isinstance(node, _NESTED):  # only its decorators, defaults and bases run here
+            return self.expression([node], range(node.lineno, node.lineno + 1), preds)
         return self.expression([node], lines, preds)
 
     def _Return(self, node: ast.Return, preds: list[int]) -> list[int]:
@@ -210,7 +212,7 @@ class _Flow:
         if dispatch is not None and final is None and not any(map(_catches_all, node.handlers)):
             self.jump(dispatch, RAISE, escape=False)  # what no handler here catches, an outer try may
         self.stack.append(_Frame("try", dispatch=dispatch, final=final))
-        outs = self.block(node.body, preds)
+        outs = self.block(node.body, self.expression([], range(node.lineno, node.lineno + 1), preds))
         self.stack.pop()
         self.stack.append(_Frame("try", final=final))  # handlers and else: inside the finally only
         outs = self.block(node.orelse, outs)
@@ -238,7 +240,16 @@ def _lines(node: ast.AST, start: int | None = None) -> range:
 
 
 def _catches_all(handler: ast.ExceptHandler) -> bool:
-    return handler.type is None or _dotted(handler.type) in ("Exception", "BaseException")
+    return handler.type is None or _dotted(handler.type) == "BaseException"
+
+
+def _evaluated_at_definition(node: ast.AST) -> list[ast.AST]:
+    """What a nested def, lambda or class evaluates where it stands (its body runs elsewhere)."""
+    if isinstance(node, ast.ClassDef):
+        return [*node.decorator_list, *node.bases, *(keyword.value for keyword in node.keywords)]
+    arguments = node.args
+    defaults = [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]
+    return defaults if isinstance(node, ast.Lambda) else [*node.decorator_list, *defaults]
 
 
 def _truth(test: ast.expr) -> bool | None:
@@ -248,15 +259,27 @@ def _truth(test: ast.expr) -> bool | None:
 def _yields(node: ast.AST, optional: bool, found: list, label_of) -> None:
     """The labelled yields under `node`, in no particular order; `optional` when they may be skipped."""
     if isinstance(node, _NESTED):
+        for part in _evaluated_at_definition(node):
+            _yields(part, optional, found, label_of)
         return
     if isinstance(node, (ast.Yield, ast.YieldFrom)):
         label = label_of(node)
-        if label is not None:
-            found.append((label, node, optional))
+        if label is not None:  # a delegate may finish without ever suspending
+            found.append((label, node, optional or isinstance(node, ast.YieldFrom)))
     if isinstance(node, ast.IfExp):
         _yields(node.test, optional, found, label_of)
         _yields(node.body, True, found, label_of)
         _yields(node.orelse, True, found, label_of)
+        return
+    if isinstance(node, ast.Assert):  # the message is evaluated only when the test fails
+        _yields(node.test, optional, found, label_of)
+        if node.msg is not None:
+            _yields(node.msg, True, found, label_of)
+        return
+    if isinstance(node, ast.Compare):  # a chain stops at the first false comparison
+        _yields(node.left, optional, found, label_of)
+        for index, value in enumerate(node.comparators):
+            _yields(value, optional or index > 0, found, label_of)
         return
     if isinstance(node, ast.BoolOp):
         for index, value in enumerate(node.values):
