@@ -17,8 +17,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 __all__ = ["EFFECTS", "StateGraph", "effect_of", "state_graph"]
 
 EFFECTS = frozenset({"sample", "elicit", "branch", "all", "log", "notify"})
@@ -54,19 +52,20 @@ class _Flow:
 
     def __init__(self, labels: Callable[[ast.AST], int | None]) -> None:
         self.label_of = labels
-        self.graph = nx.MultiDiGraph()
+        self.nodes: list[dict] = []  # lines, and a label (a yield) or a terminal ("return"/"raise")
+        self.out: list[list[tuple[int, dict]]] = []  # node -> (successor, edge data)
         self.stack: list[_Frame] = []
         self.entry = self.node()
         self.exits = {RETURN: self.node(terminal=RETURN), RAISE: self.node(terminal=RAISE)}
 
     def node(self, lines: range | list[int] = (), **data) -> int:
-        ident = len(self.graph)
-        self.graph.add_node(ident, lines=list(lines), **data)
-        return ident
+        self.nodes.append({"lines": lines, **data})
+        self.out.append([])
+        return len(self.nodes) - 1
 
     def link(self, sources: list[int], target: int, **data) -> None:
         for source in sources:
-            self.graph.add_edge(source, target, **data)
+            self.out[source].append((target, data))
 
     # -- completions: raise, return, break, continue, through any finally on the way -----------
 
@@ -295,9 +294,9 @@ def state_graph(function: ast.FunctionDef, label_of: Callable[[ast.AST], int | N
     ends = flow.block(function.body, [flow.entry])
     for end in ends:
         flow.jump(end, RETURN)
-    graph = flow.graph
+    nodes, out = flow.nodes, flow.out
     starts = {0: flow.entry}
-    starts.update((data["label"], node) for node, data in graph.nodes(data=True) if data.get("label") is not None)
+    starts.update((data["label"], node) for node, data in enumerate(nodes) if data.get("label") is not None)
     lines: dict[int, list[int]] = {}
     transitions: list[tuple[int, int | str, str]] = []
     for state, start in sorted(starts.items()):
@@ -307,7 +306,7 @@ def state_graph(function: ast.FunctionDef, label_of: Callable[[ast.AST], int | N
         work = deque([(start, "normal", None)])
         while work:
             node, kind, pending = work.popleft()
-            for _, target, edge in graph.out_edges(node, data=True):
+            for target, edge in out[node]:
                 when = edge.get("when")
                 if when is not None and pending is not None and when != pending:
                     continue
@@ -315,7 +314,7 @@ def state_graph(function: ast.FunctionDef, label_of: Callable[[ast.AST], int | N
                 if edge.get("back") and step == "normal":
                     step = "loop"
                 after = edge.get("pending", None if when else pending)
-                data = graph.nodes[target]
+                data = nodes[target]
                 if data.get("label") is not None:
                     found[(data["label"], step)] = None
                 elif data.get("terminal") is not None:
