@@ -108,11 +108,34 @@ def test_states_carry_their_source_lines_live_variables_and_effects() -> None:
     assert f"elicit 'pick_card' @{elicit}" in labels and f"sample @{sample}" in labels
 
 
+def test_book_flight_graph_returns_early_and_asks_again_in_a_loop() -> None:
+    graph = split_graph(load_manifest(TOOLS / "book_flight.py"), tool="book_flight")
+    assert edges(graph) == {
+        (("before", "phase"), ("client", 0), "handoff"),
+        (("client", 0), ("client", "return"), "normal"),  # no flights: nothing to ask
+        (("client", 0), ("client", 1), "normal"),  # sample the comparison
+        (("client", 1), ("client", 2), "normal"),  # elicit the choice
+        (("client", 2), ("client", "return"), "normal"),  # declined, or a known flight
+        (("client", 2), ("client", 3), "normal"),  # an unknown id: log it
+        (("client", 3), ("client", 2), "loop"),  # and ask again
+        (("client", "return"), ("after", "phase"), "handoff"),
+    }
+
+
 def test_research_links_every_all_branch_and_the_function_graph_stands_alone() -> None:
     manifest = load_manifest(TOOLS / "research.py")
     graph = split_graph(manifest, tool="research")
-    links = {(a, b) for a, b, kind in edges(graph) if kind == "link"}
-    assert links == {(("client", 2), ("investigate", 0))}
+    assert edges(graph) == {
+        (("client", 0), ("client", 1), "normal"),  # notify
+        (("client", 1), ("client", 2), "normal"),  # all of three investigate branches
+        (("client", 2), ("investigate", 0), "link"),
+        (("client", 2), ("client", 3), "normal"),  # notify
+        (("client", 3), ("client", 4), "normal"),  # sample the combined answer
+        (("client", 4), ("client", "return"), "normal"),
+        (("investigate", 0), ("investigate", 1), "normal"),
+        (("investigate", 1), ("investigate", 2), "normal"),
+        (("investigate", 2), ("investigate", "return"), "normal"),
+    }
     effect = next(d["effect"] for _, d in graph.nodes(data=True) if d.get("state") == 2 and d["function"] == "client")
     assert effect == {"kind": "all", "targets": ["investigate"]}
     alone = split_graph(manifest, function="investigate")
