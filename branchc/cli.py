@@ -132,6 +132,8 @@ def run(
     """
     recorder: TraceRecorder | None = None
     try:
+        if trace is not None and not trace.resolve().parent.is_dir():
+            raise CliError(f"--trace {trace}: no folder {trace.resolve().parent} to write it in")
         if interactive == (responses is not None):
             raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
         tool = load_tool(file, tool_name)
@@ -262,11 +264,9 @@ def graph(
     from .viz.render import RenderError, render
     from .viz.trace import TraceError, read_trace
 
+    suffix = output.suffix.lower().lstrip(".") if output else ""
     if fmt is None:
-        suffix = output.suffix.lower().lstrip(".") if output else ""
-        fmt = GraphFormat(suffix) if suffix in GraphFormat.__members__ else GraphFormat.dot
-        if suffix in ("mmd", "md"):
-            fmt = GraphFormat.mermaid
+        fmt = _SUFFIX_FORMATS.get(suffix, GraphFormat.dot)
     try:
         if tool_name is not None and function is not None:
             raise CliError("give --tool NAME or --function QUALNAME, not both")
@@ -283,8 +283,23 @@ def graph(
             raise typer.Exit(1)
         sys.stdout.write(data.decode())
         return
-    output.write_bytes(data)
+    if suffix == "md" and fmt is GraphFormat.mermaid:  # Markdown renders a fenced block as the diagram
+        data = b"```mermaid\n" + data + b"```\n"
+    try:
+        output.write_bytes(data)
+    except OSError as error:
+        err.print(f"[red bold]error:[/] -o {escape(str(output))}: cannot write it: {escape(error.strerror or '')}")
+        raise typer.Exit(1) from None
     err.print(f"wrote {escape(str(output))} ({fmt.value}, {drawn.number_of_nodes()} states and phases)")
+
+
+_SUFFIX_FORMATS = {
+    **{f.value: f for f in GraphFormat},
+    "gv": GraphFormat.dot,
+    "mmd": GraphFormat.mermaid,
+    "md": GraphFormat.mermaid,
+    "htm": GraphFormat.html,
+}
 
 
 class Sampling(StrEnum):

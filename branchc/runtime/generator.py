@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import importlib
 import itertools
+import linecache
 import sys
 import types
 from dataclasses import dataclass, field
@@ -423,12 +424,8 @@ def suspended_at(generator: Any) -> dict[str, Any]:
     if code is None or frame is None:
         return {}
     line, _, column, _ = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None))
-    return {"function": code.co_qualname, "line": line, "column": (column or 0) + 1}
-
-
-def function_of(generator: Any) -> str | None:
-    """The qualified name of the function a generator runs."""
-    if isinstance(generator, ResumableGenerator):
-        return generator.meta.qualname
-    code = getattr(generator, "gi_code", None)
-    return code.co_qualname if code is not None else None
+    column = column or 0
+    text = linecache.getline(code.co_filename, line or 0)
+    if not text.isascii():  # CPython counts UTF-8 bytes; spans count characters
+        column = len(text.encode("utf-8")[:column].decode("utf-8", "replace"))
+    return {"function": code.co_qualname, "line": line, "column": column + 1}

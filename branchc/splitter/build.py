@@ -232,7 +232,7 @@ def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
             "after": getattr(value.after_fn, "__qualname__", None),
         }
         for value in vars(module).values()
-        if isinstance(value, Tool)
+        if isinstance(value, Tool) and getattr(value.client_fn, "__module__", name) == name  # not imported ones
     ]
     return tools, None
 

@@ -348,7 +348,12 @@ def effect_of(node: ast.Yield | ast.YieldFrom) -> dict:
         return {"kind": "value", "targets": []}
     kind = value.func.attr
     effect: dict = {"kind": kind, "targets": []}
-    if kind == "elicit" and value.args and isinstance(value.args[0], ast.Constant):
+    if (
+        kind == "elicit"
+        and value.args
+        and isinstance(value.args[0], ast.Constant)
+        and isinstance(value.args[0].value, str)
+    ):
         effect["key"] = value.args[0].value
     calls = [value] if kind == "branch" else [n for n in ast.walk(value) if n is not value]
     for call in calls:

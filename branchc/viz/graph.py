@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import networkx as nx
 
 from ..splitter.build import MANIFEST, build_folder
+from ..splitter.compiler import COMPILER_VERSION
 
 __all__ = ["GraphError", "load_manifest", "overlay_trace", "split_graph"]
 
@@ -41,9 +43,16 @@ def load_manifest(path: str | Path) -> dict:
     """The manifest of a build folder, or of sources compiled on the fly into the cache."""
     out = build_folder(path)
     try:
-        return json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise GraphError(f"{out / MANIFEST}: not a branchc build manifest ({error}); run branchc compile") from None
+    if not isinstance(manifest, dict) or manifest.get("compiler") != COMPILER_VERSION:
+        found = manifest.get("compiler") if isinstance(manifest, dict) else None
+        raise GraphError(
+            f"{out / MANIFEST}: written by compiler version {found!r}, this branchc reads {COMPILER_VERSION!r}; "
+            "run branchc compile again"
+        )
+    return manifest
 
 
 def _functions(manifest: dict) -> list[_Function]:
@@ -79,7 +88,8 @@ class _Sources:
     def lines(self, path: str) -> list[str] | None:
         if path not in self._lines:
             try:
-                self._lines[path] = Path(path).read_text(encoding="utf-8").splitlines()
+                # Python's line breaks only: str.splitlines also breaks at form feeds and U+2028
+                self._lines[path] = re.split(r"\r\n|\r|\n", Path(path).read_text(encoding="utf-8"))
             except OSError:
                 self._lines[path] = None
         return self._lines[path]
@@ -96,7 +106,7 @@ class _Sources:
         if lines is None:
             return None
         try:
-            tree = ast.parse("\n".join(lines))
+            tree = ast.parse(Path(path).read_bytes())
         except SyntaxError:
             return None
         wanted = qualname.replace(".<locals>", "").split(".")
@@ -225,15 +235,18 @@ def split_graph(manifest: dict, *, tool: str | None = None, function: str | None
     if function is not None:
         found = [f for f in builder.functions if f.qualname == function or f"{f.module}:{f.qualname}" == function]
         if not found:
-            known = ", ".join(sorted(f.qualname for f in builder.functions)) or "none"
+            known = ", ".join(sorted({f.qualname for f in builder.functions})) or "none"
             raise GraphError(f"no compiled function {function!r}; the build has: {known}")
+        if len(found) > 1:
+            names = ", ".join(f"{f.module}:{f.qualname}" for f in found)
+            raise GraphError(f"{function!r} is in several modules ({names}); name one as MODULE:QUALNAME")
         graph.graph["title"] = found[0].qualname
         builder.function(found[0], None)
         return graph
     tools = [(module, info, t) for module, info in manifest.get("modules", {}).items() for t in info.get("tools", [])]
     if tool is None:
         if len(tools) != 1:
-            names = ", ".join(sorted(t["name"] for _, _, t in tools)) or "none"
+            names = ", ".join(sorted({t["name"] for _, _, t in tools})) or "none"
             raise GraphError(f"name one tool with --tool (the build has: {names}), or a function with --function")
         module, info, entry = tools[0]
     else:
@@ -243,7 +256,7 @@ def split_graph(manifest: dict, *, tool: str | None = None, function: str | None
             raise GraphError(f"no tool {tool!r}; the build has: {names}")
         module, info, entry = matches[0]
     source = info.get("source", module)
-    graph.graph["title"] = entry["name"]
+    graph.graph["title"] = graph.graph["tool"] = entry["name"]
     before = builder.phase("before", entry.get("before"), source)
     portable = builder.cluster("cluster_client", "client  ·  portable (compiled, resumable anywhere)", "portable")
     after = builder.phase("after", entry.get("after"), source)
@@ -261,7 +274,13 @@ def split_graph(manifest: dict, *, tool: str | None = None, function: str | None
 
 def overlay_trace(graph: nx.MultiDiGraph, trace: dict) -> None:
     """Mark what a recorded run visited: each state's visit numbers and the answers it got there,
-    and the transitions taken, in order."""
+    and the transitions taken, in order. A trace of another tool is refused."""
+    drawn = graph.graph.get("tool")
+    if drawn is not None and trace.get("tool") != drawn:
+        raise GraphError(
+            f"the trace is of tool {trace.get('tool')!r} and the graph of {drawn!r}; "
+            f"draw it with --tool {trace.get('tool')}, or record a run of {drawn}"
+        )
     nodes_by_site: dict[tuple[str, int, int], str] = {}
     starts: dict[str, str] = {}
     for node, data in graph.nodes(data=True):
@@ -310,14 +329,25 @@ def overlay_trace(graph: nx.MultiDiGraph, trace: dict) -> None:
         elif kind == "suspend":
             visit(branch, nodes_by_site.get((event.get("function"), event.get("line"), event.get("column"))))
         elif kind == "sample":
-            answer(branch, "sample → " + str(event.get("result", {}).get("text", "")))
+            result = event.get("result")
+            answer(branch, "sample → " + str(result.get("text", "") if isinstance(result, dict) else result))
         elif kind == "elicit":
             reply = event.get("answer", {})
             content = reply.get("content")
-            answer(branch, f"elicit → {reply.get('action')}" + (f" {json.dumps(content)}" if content else ""))
+            shown = f" {json.dumps(content, ensure_ascii=False)}" if content else ""
+            answer(branch, f"elicit → {reply.get('action')}{shown}")
         elif kind in ("branch_end", "client_result"):
             branch = branch if kind == "branch_end" else "0"
             prefix = prefix_of.get(functions.get(branch) or "")
             ending = "raise" if "error" in event else "return"
             visit(branch, f"{prefix}:{ending}" if prefix else None)
+    if "error" in trace:  # the client phase failed: it ended by raising
+        prefix = prefix_of.get(trace.get("client") or "")
+        current = at.get("0")
+        if prefix and current is not None and graph.nodes[current].get("kind") == "state":
+            if f"{prefix}:raise" not in graph:
+                graph.add_node(f"{prefix}:raise", kind="raise", cluster=graph.nodes[current]["cluster"],
+                               function=graph.nodes[current]["function"])  # fmt: skip
+                graph.add_edge(current, f"{prefix}:raise", kind="exception", label="raise")
+            visit("0", f"{prefix}:raise")
     graph.graph["trace"] = {"tool": trace.get("tool"), "params": trace.get("params"), "steps": order}

@@ -122,7 +122,7 @@ def to_dot(graph: nx.MultiDiGraph) -> str:
     dot = graphviz.Digraph(
         "split",
         graph_attr={
-            "label": f"split graph of {graph.graph.get('title', '')}",
+            "label": _esc(f"split graph of {graph.graph.get('title', '')}"),
             "labelloc": "t",
             "fontname": "Helvetica",
             "rankdir": "TB",
@@ -148,12 +148,12 @@ def to_dot(graph: nx.MultiDiGraph) -> str:
             elif data["kind"] == "external":
                 attrs |= {"style": "dashed"}
             if data.get("source"):
-                attrs["tooltip"] = data["source"]
+                attrs["tooltip"] = _esc(data["source"])
             target.node(ids[node], label="\n".join(map(_esc, node_lines(data))), **attrs)
         for child in tree.get(cluster, []):
             info = graph.graph["clusters"][child]
             with target.subgraph(name=child) as sub:
-                sub.attr(label=info["label"], fontname="Helvetica", fontsize="12", **CLUSTER_STYLES[info["kind"]])
+                sub.attr(label=_esc(info["label"]), fontname="Helvetica", fontsize="12", **CLUSTER_STYLES[info["kind"]])
                 add_nodes(sub, child)
 
     add_nodes(dot, None)
@@ -246,7 +246,11 @@ def to_html(graph: nx.MultiDiGraph) -> str:
     return template.render(
         title=graph.graph.get("title", ""),
         svg=svg,
-        states=json.dumps(states, ensure_ascii=False).replace("</", "<\\/"),
+        # inside <script>: no `<`, `>` or `&` at all, so no text can end or re-open the element
+        states=json.dumps(states, ensure_ascii=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026"),
         legend=legend,
         clusters=CLUSTER_STYLES,
         visited=VISITED,

@@ -41,6 +41,16 @@ class TraceRecorder:
         Path(path).write_text(json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
+_EVENT_FIELDS = (
+    ("branch", str, "a string"),
+    ("function", (str, type(None)), "a string"),
+    ("line", int, "an integer"),
+    ("column", int, "an integer"),
+    ("result", (dict, list, str, int, float, bool, type(None)), "JSON data"),
+    ("answer", dict, "an object"),
+)
+
+
 def read_trace(path: str | Path) -> dict[str, Any]:
     """A trace written by `branchc run --trace`, checked for the shape the overlay reads."""
     try:
@@ -59,6 +69,10 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     for index, event in enumerate(events):
         if not isinstance(event, dict) or not isinstance(event.get("event"), str):
             raise TraceError(f"{path}: events[{index}]: expected an object with an 'event' name")
-        if "branch" in event and not isinstance(event["branch"], str):
-            raise TraceError(f"{path}: events[{index}].branch: expected a string")
+        for field, kind, what in _EVENT_FIELDS:
+            if field in event and not isinstance(event[field], kind):
+                raise TraceError(f"{path}: events[{index}].{field}: expected {what}")
+    for field in ("tool", "client"):
+        if data.get(field) is not None and not isinstance(data[field], str):
+            raise TraceError(f"{path}: {field}: expected a string")
     return data
