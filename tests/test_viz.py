@@ -314,6 +314,63 @@ def test_bad_trace_files_name_the_file_and_the_field(tmp_path: Path) -> None:
         read_trace(bad)
 
 
+def write_tool(folder: Path, name: str, client_body: str, extra: str = "") -> Path:
+    source = folder / f"{name}.py"
+    source.write_text(
+        "from pydantic import BaseModel\n"
+        "from branchc import Context, tool\n"
+        f"{extra}\n\n"
+        "class Params(BaseModel):\n    n: int = 1\n\n\n"
+        f"{name} = tool({name!r}, params=Params, requires={{'sampling'}})\n\n\n"
+        f"@{name}.client\n"
+        "def client(handoff, ctx: Context):\n" + client_body,
+        encoding="utf-8",
+    )
+    return source
+
+
+def test_native_traces_match_states_after_non_ascii_text(tmp_path: Path) -> None:
+    source = write_tool(tmp_path, "accents", "    réponse = yield ctx.sample(prompt='é')\n    return réponse.text\n")
+    tool = load_tool(source, "accents")
+    trace = record(tool, {}, MockClient(["oui"], []))
+    graph = split_graph(load_manifest(source), tool="accents")
+    overlay_trace(graph, trace)
+    assert visit_order(graph) == [("client", 0), ("client", 1), ("client", "return")]
+
+
+def test_a_failing_client_is_shown_raising_and_another_tools_trace_is_refused(tmp_path: Path) -> None:
+    source = write_tool(tmp_path, "boom", "    yield ctx.sample(prompt='x')\n    raise ValueError('no')\n")
+    recorder = TraceRecorder(source, "client")
+    with pytest.raises(Exception, match="no"):
+        anyio.run(lambda: run_tool(load_tool(source, "boom"), {}, MockClient(["a"], []), on_event=recorder))
+    recorder.write(tmp_path / "t.json", error="ValueError: no")
+    graph = split_graph(load_manifest(source), tool="boom")
+    overlay_trace(graph, read_trace(tmp_path / "t.json"))
+    assert visit_order(graph)[-2:] == [("client", 1), ("client", "raise")]
+    with pytest.raises(GraphError, match=r"the trace is of tool 'boom' and the graph of 'pick_card'"):
+        overlay_trace(split_graph(load_manifest(PICK_CARD), tool="pick_card"), read_trace(tmp_path / "t.json"))
+
+
+def test_an_imported_tool_is_drawn_from_its_own_module(tmp_path: Path) -> None:
+    write_tool(tmp_path, "zeta", "    yield ctx.log('info', 'zeta')\n    return 1\n")
+    write_tool(tmp_path, "beta", "    yield ctx.sample(prompt='b')\n    return 2\n", extra="from zeta import zeta")
+    manifest = load_manifest(tmp_path)
+    assert sorted(t["name"] for m in manifest["modules"].values() for t in m["tools"]) == ["beta", "zeta"]
+    graph = split_graph(manifest, tool="zeta")
+    assert {d["effect"]["kind"] for _, d in graph.nodes(data=True) if d.get("effect")} == {"log"}
+    with pytest.raises(GraphError, match=r"'client' is in several modules \(beta:client, zeta:client\)"):
+        split_graph(manifest, function="client")
+    assert split_graph(manifest, function="zeta:client").graph["title"] == "client"
+
+
+def test_an_elicit_key_that_is_not_text_still_compiles(tmp_path: Path) -> None:
+    source = write_tool(
+        tmp_path, "keys", "    r = yield ctx.elicit(b'pick', message='m', schema=Params)\n    return 1\n"
+    )
+    graph = split_graph(load_manifest(source), tool="keys")
+    assert {d["effect"].get("key") for _, d in graph.nodes(data=True) if d.get("effect")} == {None}
+
+
 # -- the command line --------------------------------------------------------------------------
 
 
@@ -418,7 +475,10 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
 
 
 def test_html_page_renders_in_headless_chromium(tmp_path: Path) -> None:
-    trace = record(load_tool(PICK_CARD, "pick_card"), {"count": 4, "analyze": True, "seed": 7}, pick_card_client())
+    # sampled text is untrusted: this one would end or re-open a script element if it were not escaped
+    sampled = "see <!--<script> & <img src=x onerror=alert(1)>"
+    client = MockClient([sampled], [{"action": "accept", "content": {"card_number": 2}}])
+    trace = record(load_tool(PICK_CARD, "pick_card"), {"count": 4, "analyze": True, "seed": 7}, client)
     graph = split_graph(load_manifest(PICK_CARD), tool="pick_card")
     overlay_trace(graph, trace)
     page = tmp_path / "pick_card.html"
