@@ -20,7 +20,7 @@ import json
 import statistics
 import time
 
-from branchc.runtime.codec import decode, encode
+from branchc.continuation.codec import decode, encode
 
 SENTENCES = [
     "Draw five cards and tell me which one to keep.",

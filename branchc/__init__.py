@@ -1,5 +1,6 @@
 """branchc: interactive MCP tools as portable, resumable generators."""
 
+from .continuation.snapshots import resume, snapshot
 from .runtime import (
     AssistantToolCallMessage,
     BranchcError,
@@ -32,7 +33,6 @@ from .runtime import (
     run_tool,
     tool,
 )
-from .runtime.snapshot import resume, snapshot
 
 __version__ = "0.1.0"
 __all__ = [

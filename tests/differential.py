@@ -71,12 +71,12 @@ def load(source: str, compiled: bool) -> types.ModuleType:
 
 def _reload(generator: Any, mode: str) -> Any:
     """Snapshot the generator and resume it: in process, or through JSON."""
-    from branchc.runtime import generator as rt
+    from branchc.continuation import generator as rt
 
     if mode == "raw":
         state, label, values = generator.state()
         return rt.make_generator(generator.meta, state, label, values, generator.free_values())
-    from branchc.runtime.snapshot import resume, snapshot
+    from branchc.continuation.snapshots import resume, snapshot
 
     data = json.loads(json.dumps(snapshot(generator)))
     return resume(data)

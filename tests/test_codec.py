@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from branchc.runtime.codec import NotSerializableError, SnapshotDataError, decode, encode, format_path
+from branchc.continuation.codec import NotSerializableError, SnapshotDataError, decode, encode, format_path
 from branchc.runtime.errors import BranchcError
 
 ALLOWED = frozenset({fx.__name__})
@@ -804,7 +804,7 @@ def test_rich_snapshot_decodes() -> None:
 
 
 def _careful(roots: dict[str, Any]) -> dict:
-    from branchc.runtime.codec import _encode
+    from branchc.continuation.codec.encode import _encode
 
     return _encode(roots, None, optimistic=False)
 
@@ -845,7 +845,7 @@ def _shares(x: Any, y: Any) -> bool:
 
 
 def test_plain_encoding_is_the_full_encoding() -> None:
-    from branchc.runtime.codec import encode_plain
+    from branchc.continuation.codec import encode_plain
 
     it = iter(range(2, 40, 3))
     next(it)
@@ -877,7 +877,7 @@ NOT_PLAIN = {
 
 @pytest.mark.parametrize("name", list(NOT_PLAIN))
 def test_plain_encoding_gives_up_on_anything_else(name: str) -> None:
-    from branchc.runtime.codec import encode_plain
+    from branchc.continuation.codec import encode_plain
 
     assert encode_plain(NOT_PLAIN[name]) is None
 
@@ -902,7 +902,7 @@ python_values = st.recursive(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fuzz_plain_encoding_is_the_full_encoding_or_none(data: st.DataObject) -> None:
-    from branchc.runtime.codec import encode_plain
+    from branchc.continuation.codec import encode_plain
 
     roots = data.draw(st.dictionaries(st.text(max_size=3), python_values, max_size=3))
     containers = [v for v in _positions_py(roots) if type(v) in (list, dict)]
@@ -936,7 +936,7 @@ def _picture(x: Any) -> Any:
 
 
 def test_plain_decoding_is_the_full_decoding() -> None:
-    from branchc.runtime.codec import decode_plain
+    from branchc.continuation.codec import decode_plain
 
     it = iter(range(2, 40, 3))
     next(it)
@@ -974,7 +974,7 @@ NOT_PLAIN_JSON = {
 
 @pytest.mark.parametrize("name", list(NOT_PLAIN_JSON))
 def test_plain_decoding_gives_up_on_anything_else(name: str) -> None:
-    from branchc.runtime.codec import decode_plain
+    from branchc.continuation.codec import decode_plain
 
     assert decode_plain(NOT_PLAIN_JSON[name]) is None
 
@@ -982,7 +982,7 @@ def test_plain_decoding_gives_up_on_anything_else(name: str) -> None:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(roots=st.dictionaries(st.text(max_size=3), json_values, max_size=3))
 def test_fuzz_plain_decoding_is_the_full_decoding_or_none(roots: dict) -> None:
-    from branchc.runtime.codec import decode_plain
+    from branchc.continuation.codec import decode_plain
 
     plain = decode_plain(roots)
     try:

@@ -160,8 +160,8 @@ def test_tampered_snapshots_are_refused_without_importing_anything(tree: Path, t
         import copy, json, sys
         from games.counter import counter
         from branchc import resume, snapshot
-        from branchc.runtime.codec import SnapshotDataError
-        from branchc.runtime.generator import SnapshotError
+        from branchc.continuation.codec import SnapshotDataError
+        from branchc.continuation.errors import SnapshotError
         g = counter(3)
         next(g)
         good = snapshot(g)

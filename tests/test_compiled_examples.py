@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from branchc import run_tool
+from branchc.continuation.snapshots import resume, snapshot
 from branchc.runtime.loader import load_tool
-from branchc.runtime.snapshot import resume, snapshot
 from branchc.splitter import load_source
 from branchc.testing import MockClient
 

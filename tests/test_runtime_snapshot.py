@@ -12,8 +12,8 @@ import pytest
 from differential import load
 
 from branchc import resume, snapshot
-from branchc.runtime import snapshot as snapshots
-from branchc.runtime.codec import SnapshotDataError, encode
+from branchc.continuation import snapshots
+from branchc.continuation.codec import SnapshotDataError, encode
 from branchc.runtime.context import Context
 
 TOOL = """

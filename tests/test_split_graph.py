@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_split_random import THROWN, programs, scripts
 
-from branchc.runtime.generator import suspended_at
+from branchc.continuation.generator import suspended_at
 from branchc.splitter.compiler import compile_module
 
 EXAMPLES = int(os.environ.get("BRANCHC_GRAPH_EXAMPLES", "300"))

@@ -4,7 +4,7 @@ Every program defines `gen` (decorated @resumable) and is run by a script of
 next / send / throw / close operations through tests/differential.py: the native
 generator is the reference, and the compiled generator must give the same trace,
 also when it is snapshotted and resumed before every operation (raw state, and
-JSON once branchc.runtime.snapshot exists).
+JSON once branchc.continuation.snapshots exists).
 
 Conventions: `emit(x)` records side effects; `v(x)` (prelude V) emits ("v", repr(x))
 and returns x, so the evaluation order of the operands around a yield is visible
@@ -23,7 +23,7 @@ import pytest
 from differential import check
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
-if importlib.util.find_spec("branchc.runtime.snapshot") is not None:
+if importlib.util.find_spec("branchc.continuation.snapshots") is not None:
     MODES_NOW += ("json",)
 
 # Snapshotted generators stay referenced by the harness until a trace ends; collecting one that

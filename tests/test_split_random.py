@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
-if importlib.util.find_spec("branchc.runtime.snapshot") is not None:
+if importlib.util.find_spec("branchc.continuation.snapshots") is not None:
     MODES_NOW += ("json",)
 
 EXAMPLES = int(os.environ.get("BRANCHC_FUZZ_EXAMPLES", "1000"))

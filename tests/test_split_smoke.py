@@ -259,7 +259,7 @@ def test_program(index):
 def test_a_native_generator_in_progress_cannot_travel():
     from differential import load
 
-    from branchc.runtime.snapshot import NotSerializableError, snapshot
+    from branchc.continuation.snapshots import NotSerializableError, snapshot
 
     module = load(PROGRAMS[10][0], compiled=True)
     module.emit = print
@@ -277,7 +277,7 @@ def test_a_closure_travels_and_a_forged_cell_is_refused():
     from differential import load
 
     from branchc import resume, snapshot
-    from branchc.runtime.codec import SnapshotDataError
+    from branchc.continuation.codec import SnapshotDataError
 
     module = load(
         "def outer(base):\n"

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from ..continuation.snapshots import ContextHandle
 from .effects import LOG_LEVELS, All, Branch, Elicit, Log, Notify, Sample
 from .errors import format_validation_errors
 from .jsondata import check_json_data
@@ -63,7 +64,7 @@ class BranchState:
     timed_out: bool = False
 
 
-class Context:
+class Context(ContextHandle):
     """Made by the runtime, one per branch. Its methods return effects to yield:
 
     result = yield ctx.sample(prompt="...")

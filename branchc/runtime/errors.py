@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import BranchcError
+
 __all__ = [
     "BranchDepthError",
     "BranchError",
@@ -21,10 +23,6 @@ __all__ = [
     "ToolPhaseError",
     "format_validation_errors",
 ]
-
-
-class BranchcError(Exception):
-    """Base of branchc's own errors."""
 
 
 class ToolDefinitionError(BranchcError, TypeError):

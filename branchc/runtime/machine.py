@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from ..continuation.generator import suspended_at
 from .client import ElicitAnswer, ElicitRequest, SampleRequest
 from .context import BranchState, Context, TokenAccount
 from .effects import All, Branch, Elicit, Log, Notify, Sample
@@ -43,7 +44,6 @@ from .errors import (
     JsonDataError,
     format_validation_errors,
 )
-from .generator import suspended_at
 from .jsondata import check_json_data
 from .limits import Limits, estimate_tokens
 from .messages import AssistantToolCallMessage, Message, SampleResult

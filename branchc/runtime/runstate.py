@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .codec import SnapshotDataError
+from ..continuation.errors import SnapshotDataError, SnapshotError
+from ..continuation.snapshots import decode_graph, default_allowed, encode_graph
+from .context import BranchState, Context
 from .errors import BranchcError
-from .generator import SnapshotError
 from .machine import Machine
-from .snapshot import decode_graph, default_allowed, encode_graph
 
 __all__ = ["RUN_MODULES", "RunStateError", "dump_run", "load_run"]
 
@@ -41,8 +41,24 @@ class RunStateError(BranchcError, ValueError):
     """A saved run that cannot be continued here: malformed, or of code this server does not have."""
 
 
+def _encode_context(value: Any, child: Any, path: Any) -> dict | None:
+    """A run has many branches: each Context travels with its branch state."""
+    if type(value) is Context:
+        return {"t": "ctx", "branch": child(value._branch, (path, "branch", ".{}"))}
+    return None
+
+
+def _decode_context(entry: dict, child: Any, path: str) -> Context:
+    if entry.keys() != {"t", "branch"}:
+        raise SnapshotDataError(path, "a context entry in a run is {t, branch}")
+    branch = child(entry["branch"], (path, "branch", ".{}"))
+    if not isinstance(branch, BranchState):
+        raise SnapshotDataError(f"{path}.branch", "expected a branch state")
+    return Context(branch)
+
+
 def dump_run(handoff: Any, machine: Machine) -> str:
-    graph = encode_graph({"handoff": handoff, "machine": machine.saved()})
+    graph = encode_graph({"handoff": handoff, "machine": machine.saved()}, _encode_context)
     return json.dumps({"branchc_run": VERSION, "graph": graph}, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -55,7 +71,7 @@ def load_run(text: str) -> tuple[Any, Machine]:
     if type(data) is not dict or data.keys() != {"branchc_run", "graph"} or data["branchc_run"] != VERSION:
         raise RunStateError(f'the saved run is not {{"branchc_run": {VERSION}, "graph": ...}}')
     try:
-        roots = decode_graph(data["graph"], default_allowed() | RUN_MODULES)
+        roots = decode_graph(data["graph"], default_allowed() | RUN_MODULES, _decode_context)
     except (SnapshotDataError, SnapshotError) as error:
         raise RunStateError(f"the saved run cannot be continued here: {error}") from None
     saved = roots.get("machine")

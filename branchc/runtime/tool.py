@@ -121,6 +121,19 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r} already has a {phase} phase")
         return fn
 
+    def __branchc_manifest__(self) -> dict[str, Any]:
+        """This tool's entry in a build's manifest (branchc.json)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "requires": sorted(self.requires),
+            "limits": self.limits.model_dump(exclude_none=True),
+            "before": getattr(self.before_fn, "__qualname__", None),
+            "client": getattr(self.client_fn, "__qualname__", None),
+            "after": getattr(self.after_fn, "__qualname__", None),
+        }
+
     def check_output(self, value: Any) -> Any:
         """The result, checked against `output=` when the tool declares one (OutputError lists each field)."""
         if self.output is not None:

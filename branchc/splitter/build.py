@@ -2,7 +2,7 @@
 
 For each source file, OUT gets a module of the same name (folders keep their
 package structure): the compiled text, readable, which on import gives its
-functions the source's file name and line numbers (see runtime/relocate.py), so
+functions the source's file name and line numbers (see continuation/relocate.py), so
 tracebacks point at what you wrote. `OUT/branchc.json` describes every compiled
 function and every tool.
 An unchanged file (same content hash, same compiler) is not compiled again.
@@ -205,8 +205,7 @@ def _write(target: Path, compiled: CompiledModule) -> None:
 def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
     """Import one compiled module from OUT and record its tools: name, description, schema, requires,
     limits. Relocation is skipped: only the tools are read."""
-    from ..runtime.relocate import relocation_paused
-    from ..runtime.tool import Tool
+    from ..continuation.relocate import relocation_paused
 
     sys.path.insert(0, root)
     sys.modules.pop(name, None)
@@ -220,19 +219,13 @@ def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
         sys.path.remove(root)
         for added in set(sys.modules) - before:  # imported unrelocated: a real import must start afresh
             del sys.modules[added]
+    # tools describe themselves (the runtime's Tool has __branchc_manifest__): the compiler knows no tool type
     tools = [
-        {
-            "name": value.name,
-            "description": value.description,
-            "input_schema": value.input_schema,
-            "requires": sorted(value.requires),
-            "limits": value.limits.model_dump(exclude_none=True),
-            "before": getattr(value.before_fn, "__qualname__", None),
-            "client": getattr(value.client_fn, "__qualname__", None),
-            "after": getattr(value.after_fn, "__qualname__", None),
-        }
+        value.__branchc_manifest__()
         for value in vars(module).values()
-        if isinstance(value, Tool) and getattr(value.client_fn, "__module__", name) == name  # not imported ones
+        if not isinstance(value, type)
+        and hasattr(type(value), "__branchc_manifest__")
+        and getattr(getattr(value, "client_fn", None), "__module__", name) == name  # not imported ones
     ]
     return tools, None
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ..runtime.relocate import gc_paused, relocated_code
+from ..continuation.relocate import gc_paused, relocated_code
 from .cst import PREFIX, block, contains_yield, generate, index_function, reset_counts, simple, walk
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
@@ -178,7 +178,7 @@ def _header_line(tree: ast.Module) -> int:
     return after
 
 
-_RUNTIME_IMPORT = "import branchc.runtime.generator as _bc_rt"
+_RUNTIME_IMPORT = "import branchc.continuation.generator as _bc_rt"
 
 
 def _header(functions: list[CompiledFunction]) -> list[str]:
@@ -258,7 +258,7 @@ def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[st
 
 
 def _meta_table(functions: list[CompiledFunction]) -> dict:
-    """What the compiled module embeds for the runtime (branchc.runtime.generator.compiled)."""
+    """What the compiled module embeds for the runtime (branchc.continuation.generator.compiled)."""
     return {
         f.qualname: {
             "kind": f.kind,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ..runtime.errors import BranchcError
+from ..errors import BranchcError
 
 __all__ = ["CompileError", "Diagnostic", "Reporter"]
 

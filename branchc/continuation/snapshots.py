@@ -23,19 +23,36 @@ import sys
 import types
 from typing import Any
 
-from .codec import BUILTIN_TYPES, NotSerializableError, SnapshotDataError, decode, decode_plain, encode, encode_plain
-from .context import BranchState, Context
-from .generator import (
-    COMPILED_MODULES,
-    NESTED_CODE,
-    ResumableGenerator,
-    SnapshotError,
-    lookup,
-    make_generator,
-    nested_code,
-)
+from .codec import BUILTIN_TYPES, decode, decode_plain, encode, encode_plain
+from .errors import NotSerializableError, SnapshotDataError, SnapshotError
+from .generator import ResumableGenerator, make_generator
+from .registry import COMPILED_MODULES, NESTED_CODE, lookup, nested_code
 
-__all__ = ["NotSerializableError", "SnapshotDataError", "SnapshotError", "resume", "snapshot"]
+__all__ = [
+    "ContextHandle",
+    "NotSerializableError",
+    "SnapshotDataError",
+    "SnapshotError",
+    "decode_graph",
+    "encode_graph",
+    "resume",
+    "snapshot",
+]
+
+
+_PLAIN_EXTRAS: dict[type, dict] = {}
+
+
+class ContextHandle:
+    """Base of the handle a generator gets from its runner (the runtime's Context): it never travels.
+    A snapshot writes it as `{"t": "ctx"}`, and `resume(data, context=...)` binds the given one there."""
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _PLAIN_EXTRAS[cls] = {"t": "ctx"}  # the plain fast path writes it as the full path does
+
 
 VERSION = 1
 
@@ -110,7 +127,7 @@ def _encode_generator(value: ResumableGenerator, child) -> dict:
 def _encode_extension(value: Any, child, path: str) -> dict | None:
     if isinstance(value, ResumableGenerator):
         return _encode_generator(value, child)
-    if isinstance(value, Context):
+    if isinstance(value, ContextHandle):
         return {"t": "ctx"}
     if isinstance(value, types.CellType):
         try:
@@ -142,23 +159,18 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
 _encode_extension.declines = BUILTIN_TYPES  # type: ignore[attr-defined]  # never ours: the codec need not ask
 
 
-def _encode_run_extension(value: Any, child, path: str) -> dict | None:
-    """As `_encode_extension`, but a Context travels with its branch state (a run has many)."""
-    if isinstance(value, Context):
-        return {"t": "ctx", "branch": child(value._branch, (path, "branch", _ATTR))}
-    return _encode_extension(value, child, path)
+def encode_graph(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]:
+    """Several roots in one object graph; `extension(value, child, path)` is asked first about every
+    value (a runner's own handles, say), and the compiled generators, cells and functions are
+    written as `snapshot` writes them."""
+    if extension is None:
+        return encode(roots, extension=_encode_extension)
 
+    def both(value: Any, child: Any, path: Any) -> dict | None:
+        return extension(value, child, path) or _encode_extension(value, child, path)
 
-_encode_run_extension.declines = BUILTIN_TYPES  # type: ignore[attr-defined]
-
-
-def encode_graph(roots: dict[str, Any]) -> dict[str, Any]:
-    """Several roots in one object graph (a run between rounds: see runstate.py); each Context
-    is written with its branch state, so every generator gets its own back."""
-    return encode(roots, extension=_encode_run_extension)
-
-
-_PLAIN_EXTRAS = {Context: {"t": "ctx"}}
+    both.declines = BUILTIN_TYPES  # type: ignore[attr-defined]
+    return encode(roots, extension=both)
 
 
 def _plain_snapshot(generator: ResumableGenerator) -> dict[str, Any] | None:
@@ -346,15 +358,6 @@ def _single_context(entry: dict, path: str, context: Any) -> Any:
     return context
 
 
-def _run_context(entry: dict, child, path: str) -> Context:
-    if entry.keys() != {"t", "branch"}:
-        raise SnapshotDataError(path, "a context entry in a run is {t, branch}")
-    branch = child(entry["branch"], (path, "branch", _ATTR))
-    if not isinstance(branch, BranchState):
-        raise SnapshotDataError(f"{path}.branch", "expected a branch state")
-    return Context(branch)
-
-
 def _decode_extension(allowed: frozenset[str], pending: list, context) -> Any:
     """The codec's decode extension for compiled generators, cells, nested functions, refs and
     methods; `context(entry, child, path)` restores a Context entry."""
@@ -399,10 +402,11 @@ def _build(pending: list) -> None:
         make_generator(meta, state, label, values, free, into=shell)
 
 
-def decode_graph(graph: Any, allowed: frozenset[str]) -> dict[str, Any]:
-    """The roots of `encode_graph`'s graph; only `allowed` modules may be named."""
+def decode_graph(graph: Any, allowed: frozenset[str], context: Any) -> dict[str, Any]:
+    """The roots of `encode_graph`'s graph; only `allowed` modules may be named, and
+    `context(entry, child, path)` restores each context entry."""
     pending: list = []
-    roots = decode(graph, allowed_modules=allowed, extension=_decode_extension(allowed, pending, _run_context))
+    roots = decode(graph, allowed_modules=allowed, extension=_decode_extension(allowed, pending, context))
     _build(pending)
     return roots
 

@@ -15,7 +15,7 @@ import types
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["gc_paused", "relocate", "relocated_code", "relocation_paused"]
+__all__ = ["gc_paused", "relocate_functions", "relocated_code", "relocation_paused"]
 
 LineMap = dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
 
@@ -110,12 +110,13 @@ def relocation_paused():
         _PAUSED = paused
 
 
-def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], source: str) -> None:
-    """Swap in relocated code for the module's functions and methods (same code, source positions)."""
-    from .generator import reregister
-
+def relocate_functions(
+    module_globals: dict[str, Any], lines: list[tuple[int, int, int]], source: str
+) -> list[types.FunctionType]:
+    """Swap in relocated code for the module's functions and methods (same code, source positions);
+    returns the functions that got new code."""
     if _PAUSED:
-        return
+        return []
 
     loader = module_globals.get("__loader__")
     try:
@@ -123,12 +124,13 @@ def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], 
     except (ImportError, OSError):
         text = None
     if text is None:
-        return
+        return []
     line_map = {line: (source_line, delta) for line, source_line, delta in lines}
     relocated = _functions(relocated_code(text, line_map, source))
     # generated first lines -> source first lines, to match old code objects with new ones
     first = {line: source_line for line, (source_line, _) in line_map.items()}
     targets: list[types.FunctionType] = []
+    swapped: list[types.FunctionType] = []
     for value in list(module_globals.values()):
         if isinstance(value, type) and value.__module__ == module_globals["__name__"]:
             targets += [m for m in vars(value).values() if isinstance(m, types.FunctionType)]
@@ -143,5 +145,5 @@ def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], 
         if new is None or new.co_freevars != old.co_freevars:
             continue
         function.__code__ = new
-        if getattr(function, "__branchc_compiled__", False):
-            reregister(function)
+        swapped.append(function)
+    return swapped

@@ -1,0 +1,452 @@
+"""Values to the JSON object graph (the format is described in codec/__init__.py)."""
+
+from __future__ import annotations
+
+import binascii
+import dataclasses
+import itertools
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from enum import Enum, Flag
+from fractions import Fraction
+from functools import partial
+from typing import Any, NamedTuple
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel
+
+from ..errors import NotSerializableError
+from .common import (
+    _ATTR,
+    _BIG,
+    _INLINE,
+    _NEG_BIG,
+    _PLAIN,
+    _SAFE_NAMES,
+    _SEQ_ITERATORS,
+    Extension,
+    _dataclass_fields,
+    _fmt,
+    _lookup,
+    _model_fields,
+    _type_name,
+    _why_not,
+)
+
+__all__ = ["BUILTIN_TYPES", "encode"]
+
+_CLASS_REFS: dict[type, str] = {}
+
+
+def _class_ref(t: type, path: Any) -> str:
+    """The "module:qualname" of a class that a restore can find again by name (checked once per class)."""
+    ref = _CLASS_REFS.get(t)
+    if ref is None:
+        if _lookup(sys.modules.get(t.__module__), t.__qualname__) is not t:
+            hint = f"define {t.__qualname__} at module level so a restore can find it by name"
+            raise NotSerializableError(_fmt(path), _type_name(t), hint)
+        ref = _CLASS_REFS[t] = f"{t.__module__}:{t.__qualname__}"
+    return ref
+
+
+def _tree(seen: list[int], leaf: Callable[[Any, Any], Any], x: Any, path: Any) -> Any:
+    """The JSON of x, writing lists and str-keyed dicts without a memo: their ids go to `seen`, for
+    the caller to check that none came twice. Anything else goes to leaf(value, path). A dict of
+    str/bool/None (a message, say) is checked and copied in one go: these are most of the data."""
+    t = type(x)
+    if t is list:
+        mark = seen.append
+        mark(id(x))
+        out = ["l"]
+        append = out.append
+        for v in x:
+            if type(v) is dict:  # the dict case below, inline, for the common dict of strings
+                for k, w in v.items():
+                    if type(k) is not str or (type(w) is not str and type(w) not in _INLINE):
+                        break
+                else:
+                    if "$" not in v:
+                        mark(id(v))
+                        append(v.copy())
+                        continue
+            elif type(v) in _INLINE:
+                append(v)
+                continue
+            append(_tree(seen, leaf, v, (path, len(out) - 1)))
+        return out
+    if t is dict:
+        scalars = True
+        for k, v in x.items():
+            if type(k) is not str:
+                return leaf(x, path)
+            if scalars and type(v) not in _INLINE:
+                t = type(v)
+                scalars = (t is int and _NEG_BIG < v < _BIG) or (t is float and v - v == 0.0)
+        if "$" in x:
+            return leaf(x, path)
+        seen.append(id(x))
+        if scalars:
+            return x.copy()  # a new dict; its values are immutable scalars
+        fields = {}
+        for k, v in x.items():  # a loop, not a comprehension, which would turn the arguments into cells
+            fields[k] = v if type(v) in _INLINE else _tree(seen, leaf, v, (path, k))
+        return fields
+    return leaf(x, path)
+
+
+class _Again(Exception):
+    """The optimistic pass met a list or dict twice (shared, or on a cycle): encode again, carefully."""
+
+
+class _Encoder:
+    """One encoding. The optimistic pass writes lists and str-keyed dicts through `_tree`, without the
+    memo; finish() checks that none came twice, else `encode` starts over with the careful pass, which
+    memoizes everything. Sharing is rare; the memo is not cheap."""
+
+    __slots__ = ("declines", "enc", "extension", "keep", "memo", "seen", "shared")
+
+    def __init__(self, extension: Extension | None, optimistic: bool) -> None:
+        self.memo: dict[int, Any] = {}  # id -> its JSON (written once, in place) or its table index
+        self.shared: list[Any] = []  # the JSON of values met twice; becomes "objects"
+        self.keep: list[Any] = []  # temporaries (the codec's and the extension's), so no id() is reused
+        self.seen: list[int] = []  # optimistic pass: ids of the lists and dicts _tree wrote
+        self.extension = extension
+        self.declines = getattr(extension, "declines", ())
+        # enc(x, path) is what handlers call for a child
+        self.enc = partial(_tree, self.seen, self.encode) if optimistic else self.encode
+
+    def encode(self, x: Any, path: Any) -> Any:
+        """The JSON of x: itself if scalar, its tagged form the first time, a reference after."""
+        t = type(x)
+        if t in _INLINE:
+            return x
+        if t is int and _NEG_BIG < x < _BIG:
+            return x
+        if t is float:
+            return x if x - x == 0.0 else ["f", "nan" if x != x else ("inf" if x > 0 else "-inf")]
+        key = id(x)
+        seen = self.memo.get(key)
+        if seen is not None:
+            if type(seen) is not int:  # second meeting: it moves to the table (see finish())
+                self.memo[key] = len(self.shared)
+                self.shared.append(seen)
+                return [len(self.shared) - 1]
+            return [seen]
+        if t is list:  # the hot cases, inline
+            out = self.memo[key] = ["l"]
+            enc = self.enc
+            out += [v if type(v) in _INLINE else enc(v, (path, i)) for i, v in enumerate(x)]
+            return out
+        if t is dict:
+            for k in x:
+                if type(k) is not str:
+                    break
+            else:
+                if "$" not in x:
+                    out = self.memo[key] = {}
+                    enc = self.enc
+                    for k, v in x.items():
+                        out[k] = v if type(v) in _INLINE else enc(v, (path, k))
+                    return out
+        elif self.extension is not None and t not in _PLAIN and t not in self.declines:
+            out = self.memo[key] = ["@"]
+            entry = self.extension(x, self.child, path)  # a lazy path: format_path() it if you need the text
+            if entry is not None:
+                if type(entry) is not dict or type(entry.get("t")) is not str:
+                    raise TypeError(f"{_fmt(path)}: the codec extension must return a dict with a str 't' tag")
+                out.append(entry)
+                return out
+            if self.memo.pop(key) is not out:
+                raise TypeError(f"{_fmt(path)}: the codec extension encoded children, then returned None")
+        handler = _ENCODERS.get(t) or _encoder_for(t)
+        if handler is None:
+            raise NotSerializableError(_fmt(path), _type_name(t), _why_not(x))
+        out = self.memo[key] = [handler.tag]
+        handler.fill(self, x, path, out)
+        return out
+
+    def child(self, x: Any, path: str) -> Any:
+        """encode_child for the extension; what it hands over may be a temporary, so it is kept alive."""
+        t = type(x)
+        if t in _INLINE or (t is int and _NEG_BIG < x < _BIG):
+            return x
+        self.keep.append(x)
+        return self.enc(x, path)
+
+    def items(self, values: Any, path: Any, out: list) -> None:
+        enc = self.enc
+        out += [v if type(v) in _INLINE else enc(v, (path, i)) for i, v in enumerate(values)]
+
+    def fields(self, values: dict, path: Any) -> dict:
+        """A str-keyed mapping of attributes (a payload, never shared, so "$" is a plain key here)."""
+        enc = self.enc
+        return {k: v if type(v) in _INLINE else enc(v, (path, k, _ATTR)) for k, v in values.items()}
+
+    def finish(self) -> list:
+        """Move every shared value's JSON to the table and leave a reference where it was first written."""
+        if len(set(self.seen)) != len(self.seen):
+            raise _Again  # only the optimistic pass fills `seen`
+        objects = []
+        for index, out in enumerate(self.shared):
+            if type(out) is list:
+                objects.append(out[:])
+                out[:] = [index]
+            else:
+                objects.append(out.copy())
+                out.clear()
+                out["$"] = index
+        return objects
+
+
+class _Enc(NamedTuple):
+    """How one type is written: ``[tag, ...]`` with the rest appended by fill(encoder, value, path, out)."""
+
+    tag: str
+    fill: Callable[[_Encoder, Any, Any, list], None]
+
+
+def _b64(e: _Encoder, x: bytes | bytearray, path: Any, out: list) -> None:
+    out.append(binascii.b2a_base64(x, newline=False).decode("ascii"))
+
+
+def _clock(e: _Encoder, x: datetime | time, path: Any, out: list) -> None:
+    """datetime and time: the naive ISO text, the tzinfo, fold."""
+    out.append(x.replace(tzinfo=None, fold=0).isoformat())
+    if x.tzinfo is not None or x.fold:
+        out.append(e.enc(x.tzinfo, (path, "tzinfo", _ATTR)))
+    if x.fold:
+        out.append(1)
+
+
+def _timezone(e: _Encoder, x: timezone, path: Any, out: list) -> None:
+    offset, *name = x.__getinitargs__()
+    out += [offset.days * 86400 + offset.seconds, offset.microseconds, *name]
+
+
+def _zoneinfo(e: _Encoder, x: ZoneInfo, path: Any, out: list) -> None:
+    if x.key is None:
+        raise NotSerializableError(_fmt(path), "zoneinfo.ZoneInfo", "a zone read from a file cannot travel; use a key")
+    out.append(x.key)
+
+
+def _enum(e: _Encoder, x: Enum, path: Any, out: list) -> None:
+    cls = type(x)
+    out.append(_class_ref(cls, path))
+    if cls.__members__.get(x._name_) is not x:
+        if not isinstance(x, Flag):
+            raise NotSerializableError(_fmt(path), _type_name(cls), "an enum value that is not a member cannot travel")
+        out.append(None)  # a combination of flags has no member name: its value follows
+        out.append(e.enc(x._value_, (path, "value", _ATTR)))
+    else:
+        out.append(x._name_)
+
+
+def _model(e: _Encoder, x: BaseModel, path: Any, out: list) -> None:
+    """The pydantic state as it is (no dump, no validation): fields, fields_set, extra, private."""
+    out.append(_class_ref(type(x), path))
+    names = _model_fields(type(x))
+    state = x.__dict__
+    if len(state) != len(names):  # other keys are cached_property values: left to recompute
+        state = {k: v for k, v in state.items() if k in names}
+    out.append(e.fields(state, path))
+    out.append(sorted(x.__pydantic_fields_set__))
+    extra, private = getattr(x, "__pydantic_extra__", None), getattr(x, "__pydantic_private__", None)
+    if extra is not None or private is not None:
+        out.append(None if extra is None else e.fields(extra, path))
+        out.append(None if private is None else e.fields(private, path))
+
+
+def _dataclass(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    """Field values (slots or __dict__), then any other instance attributes; no __init__ on restore."""
+    out.append(_class_ref(type(x), path))
+    state = {}
+    for name in _dataclass_fields(type(x)):
+        try:
+            state[name] = getattr(x, name)
+        except AttributeError:  # an unset slot stays unset
+            pass
+    e.keep.append(state)  # getattr may have made new objects
+    out.append(e.fields(state, path))
+    extra = {k: v for k, v in getattr(x, "__dict__", {}).items() if k not in state}
+    if extra:
+        out.append(e.fields(extra, path))
+
+
+# Builtin exception attributes that args do not imply, restored as keywords (OSError: positional).
+_EXC_KEYWORDS = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)))
+_EXC_KEYWORDS += ((AttributeError, ("name",)),)
+
+
+def _exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
+    """[cls, [args], {attributes}, cause, context, suppress_context, {keywords}]; the traceback is dropped."""
+    cls = type(x)
+    out.append(_class_ref(cls, path))
+    args: list = []
+    e.items(x.args, (path, "args", _ATTR), args)
+    keywords = {}
+    if cls.__module__ == "builtins":
+        for base, names in _EXC_KEYWORDS:
+            if isinstance(x, base):
+                keywords = {k: getattr(x, k) for k in names if getattr(x, k) is not None}
+    out += [
+        args,
+        e.fields(x.__dict__, path),  # __notes__ is one of them
+        e.enc(x.__cause__, (path, "__cause__", _ATTR)),
+        e.enc(x.__context__, (path, "__context__", _ATTR)),
+        x.__suppress_context__,
+        e.fields(keywords, path),
+    ]
+
+
+def _reduce(e: _Encoder, x: Any, path: Any) -> tuple:
+    """A builtin iterator's own __reduce__; refused where the type no longer has one (Python 3.14)."""
+    if type(x).__reduce__ is object.__reduce__:
+        hint = "this Python cannot read its position; finish it before the yield"
+        raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
+    reduced = x.__reduce__()
+    e.keep.append(reduced)  # a dict iterator's list of what is left, a range iterator's range, ...
+    return reduced
+
+
+_DICT_ITERATORS = {type(iter({})): "DK", type(iter({}.values())): "DV", type(iter({}.items())): "DI"}
+
+
+def _seq_iter(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    """[source, position]; dict and set iterators reduce to an iterator over what is left
+    (a dict iterator comes back as one, over a new dict of the items left)."""
+    fn, (source,), *position = _reduce(e, x, path)
+    if fn is reversed:
+        out[0] = "R"
+    elif type(x) in _DICT_ITERATORS:
+        out[0] = _DICT_ITERATORS[type(x)]
+    out.append(e.enc(source, (path, "source", "<{}>")))
+    out += position
+
+
+def _reduced(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    """enumerate, count, repeat: their constructor arguments are the state."""
+    e.items(_reduce(e, x, path)[1], (path, "args", "<{}>"), out)
+
+
+def _zip(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    _, iterators, *strict = _reduce(e, x, path)
+    out.append(bool(strict))
+    e.items(iterators, (path, "args", "<{}>"), out)
+
+
+def _chain(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    reduced = _reduce(e, x, path)
+    e.items(reduced[2] if len(reduced) > 2 else (), (path, "state", "<{}>"), out)
+
+
+def _mapped(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    fn, (func, *iterators) = _reduce(e, x, path)
+    name = _SAFE_NAMES.get(id(func))
+    if name is None and not (func is None and fn is filter):
+        hint = f"{fn.__name__}() travels only with a builtin such as str or len; make a list before the yield"
+        raise NotSerializableError(_fmt(path), fn.__name__, hint)
+    out.append(name)
+    e.items(iterators, (path, "args", "<{}>"), out)
+
+
+def _parts(*getters: Callable[[Any], Any]) -> Callable[[_Encoder, Any, Any, list], None]:
+    """A fixed number of parts, each written as a value (so big ints and NaN are handled)."""
+    return lambda e, x, path, out: e.items([get(x) for get in getters], path, out)
+
+
+def _range(e: _Encoder, x: range, path: Any, out: list) -> None:
+    parts = (x.start, x.stop, x.step)
+    if _NEG_BIG < min(parts) and max(parts) < _BIG:
+        out += parts
+    else:
+        e.items(parts, path, out)
+
+
+def _set_items(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    enc = e.enc
+    out += [v if type(v) in _INLINE else enc(v, (path, i, "<item {}>")) for i, v in enumerate(x)]
+
+
+def _pairs(e: _Encoder, x: dict, path: Any, out: list) -> None:
+    enc = e.enc
+    for i, (k, v) in enumerate(x.items()):
+        out.append(k if type(k) in _INLINE else enc(k, (path, i, "<key {}>")))
+        out.append(v if type(v) in _INLINE else enc(v, (path, k)))
+
+
+_ENCODERS: dict[type, _Enc] = {
+    dict: _Enc("d", _pairs),  # dicts with a non-str key, or a "$" key
+    tuple: _Enc("u", lambda e, x, path, out: e.items(x, path, out)),
+    set: _Enc("s", _set_items),
+    frozenset: _Enc("fs", _set_items),
+    int: _Enc("i", lambda e, x, path, out: out.append(format(x, "x"))),
+    bytes: _Enc("b", _b64),
+    bytearray: _Enc("ba", _b64),
+    datetime: _Enc("dt", _clock),
+    time: _Enc("tm", _clock),
+    date: _Enc("da", lambda e, x, path, out: out.append(x.isoformat())),
+    timedelta: _Enc("td", lambda e, x, path, out: out.extend((x.days, x.seconds, x.microseconds))),
+    timezone: _Enc("tz", _timezone),
+    ZoneInfo: _Enc("zi", _zoneinfo),
+    Decimal: _Enc("dec", lambda e, x, path, out: out.append(str(x))),
+    uuid.UUID: _Enc("uu", lambda e, x, path, out: out.append(x.hex)),
+    Fraction: _Enc("fr", _parts(lambda x: x.numerator, lambda x: x.denominator)),
+    complex: _Enc("c", _parts(lambda x: x.real, lambda x: x.imag)),
+    range: _Enc("rg", _range),
+    **dict.fromkeys(_SEQ_ITERATORS | {reversed}, _Enc("I", _seq_iter)),
+    enumerate: _Enc("en", _reduced),
+    zip: _Enc("zp", _zip),
+    itertools.count: _Enc("cn", _reduced),
+    itertools.repeat: _Enc("rp", _reduced),
+    itertools.chain: _Enc("ch", _chain),
+    map: _Enc("mp", _mapped),
+    filter: _Enc("fl", _mapped),
+}
+
+
+#: The exact types the codec writes itself: an extension is asked about them, but never owns them.
+BUILTIN_TYPES = frozenset(_ENCODERS)
+
+
+def _encoder_for(t: type) -> _Enc | None:
+    """Handlers for open-ended kinds (enums, exceptions, models, dataclasses), found once per class."""
+    if issubclass(t, Enum):
+        handler = _Enc("e", _enum)
+    elif issubclass(t, BaseException):
+        handler = _Enc("x", _exception)
+    elif issubclass(t, BaseModel):
+        handler = _Enc("m", _model)
+    elif dataclasses.is_dataclass(t) and t.__new__ is object.__new__:
+        handler = _Enc("dc", _dataclass)
+    else:
+        return None
+    _ENCODERS[t] = handler
+    return handler
+
+
+def encode(roots: dict[str, Any], *, extension: Extension | None = None) -> dict:
+    """Encode named root values as one object graph; json.dumps of the result always succeeds."""
+    try:
+        return _encode(roots, extension, optimistic=True)
+    except _Again:
+        return _encode(roots, extension, optimistic=False)
+
+
+def _encode(roots: dict[str, Any], extension: Extension | None, optimistic: bool) -> dict:
+    e = _Encoder(extension, optimistic)
+    out = {}
+    try:
+        for name, value in roots.items():
+            try:
+                out[name] = e.enc(value, name)
+            except RecursionError:
+                if optimistic:  # perhaps a cycle through plain lists and dicts, which only the memo ends
+                    raise _Again from None
+                hint = "it is nested too deeply for a snapshot; flatten it"
+                raise NotSerializableError(name, _type_name(type(value)), hint) from None
+        return {"roots": out, "objects": e.finish()}
+    finally:
+        del e.enc  # a cycle through the encoder: broken, so it is freed now, not by the garbage collector
