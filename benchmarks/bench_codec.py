@@ -20,7 +20,7 @@ import json
 import statistics
 import time
 
-from branchc.continuation.codec import decode, encode
+from branchc.continuation.codec import decode, encode, from_modules
 
 SENTENCES = [
     "Draw five cards and tell me which one to keep.",
@@ -66,23 +66,23 @@ def main() -> None:
 
     live = live_data(args.messages)
     allowed = frozenset()
-    assert decode(json.loads(json.dumps(encode(live))), allowed_modules=allowed) == live
+    assert decode(json.loads(json.dumps(encode(live))), classes=from_modules(allowed)) == live
 
     def plain():
         json.loads(json.dumps(live))
 
     def codec():
-        decode(json.loads(json.dumps(encode(live))), allowed_modules=allowed)
+        decode(json.loads(json.dumps(encode(live))), classes=from_modules(allowed))
 
     def codec_ext():
-        decode(json.loads(json.dumps(encode(live, extension=no_extension))), allowed_modules=allowed)
+        decode(json.loads(json.dumps(encode(live, extension=no_extension))), classes=from_modules(allowed))
 
     snapshot = encode(live)
     steps = {
         "json.dumps + json.loads (live)": plain,
         "encode": lambda: encode(live),
         "json.dumps + json.loads (snapshot)": lambda: json.loads(json.dumps(snapshot)),
-        "decode": lambda: decode(snapshot, allowed_modules=allowed),
+        "decode": lambda: decode(snapshot, classes=from_modules(allowed)),
         "snapshot + json + restore": codec,
         "... with a no-op extension": codec_ext,
     }

@@ -28,6 +28,7 @@ from pathlib import Path
 import libcst
 
 from branchc import resume, snapshot
+from branchc.continuation.generator import state
 from branchc.splitter import load_source
 from branchc.splitter.build import build, build_workers
 
@@ -111,7 +112,7 @@ def bench_snapshot(repeat: int) -> None:
     next(generator)
     for index in range(10):  # 20 messages of history
         generator.send(f"answer number {index} with a little text in it")
-    live = generator.state()[2]
+    live = state(generator)[2]
     baseline_data = {k: v for k, v in live.items() if not k.startswith("_bc_")}
     baseline_data["_bc_it"] = [10, 100]  # what the range iterator's position amounts to
 

@@ -1,5 +1,6 @@
 """branchc: interactive MCP tools as portable, resumable generators."""
 
+from .continuation.generator import release
 from .continuation.snapshots import resume, snapshot
 from .runtime import (
     AssistantToolCallMessage,
@@ -64,6 +65,7 @@ __all__ = [
     "ToolResultMessage",
     "ToolSpec",
     "__version__",
+    "release",
     "resumable",
     "resume",
     "run_tool",

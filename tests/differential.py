@@ -11,13 +11,22 @@ chain), plus everything emitted. The same trace must come out of:
 - the compiled generator,
 - the compiled generator snapshotted and resumed before every operation, either
   in process (raw state), or through JSON (`json.dumps` / `json.loads`).
+
+A `with` statement whose line carries the comment CANNOT_TRAVEL uses a context manager that
+cannot travel in a snapshot (one holding a lock, say). Before an operation at which the native
+generator is suspended inside such a block, the snapshot modes must refuse the snapshot: raise
+NotSerializableError (or another TypeError) whose message names the line of that `with`
+("<file>:LINE" or "line LINE"); the operation then runs on the generator as it is, and the
+trace goes on. The compiled mode, without snapshots, must still give the native trace.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import itertools
 import json
+import re
 import sys
 import types
 from typing import Any
@@ -39,6 +48,16 @@ def _exc(error: BaseException | None, depth: int = 0) -> Any:
         _exc(error.__context__, depth + 1),
         error.__suppress_context__,
     )
+
+
+def _logged(value: Any) -> Any:
+    """An emitted value as the trace keeps it: exceptions (which compare by identity) as their _exc,
+    inside tuples and lists too; anything else as it is."""
+    if isinstance(value, BaseException):
+        return ("<exception>", _exc(value))
+    if type(value) in (tuple, list) and any(isinstance(item, (BaseException, tuple, list)) for item in value):
+        return type(value)(_logged(item) for item in value)
+    return value
 
 
 def _fresh_namespace(module: types.ModuleType) -> list[Any]:
@@ -74,22 +93,82 @@ def _reload(generator: Any, mode: str) -> Any:
     from branchc.continuation import generator as rt
 
     if mode == "raw":
-        state, label, values = generator.state()
-        return rt.make_generator(generator.meta, state, label, values, generator.free_values())
+        state, label, values = rt.state(generator)
+        return rt.make_generator(rt.meta_of(generator.gi_code), state, label, values, rt.free_cells(generator))
     from branchc.continuation.snapshots import resume, snapshot
 
     data = json.loads(json.dumps(snapshot(generator)))
     return resume(data)
 
 
-def trace(source: str, script: list[tuple], mode: str, args: tuple = ()) -> list[Any]:
+#: Marks the line of a `with` whose context manager cannot travel in a snapshot (see the module docstring).
+CANNOT_TRAVEL = "# cannot travel"
+
+
+def _untravelable_blocks(source: str) -> list[tuple[int, int, int]]:
+    """(line of the `with`, first and last line of its body) for each `with` marked CANNOT_TRAVEL,
+    in the numbering of the module `load` makes (one line above the source)."""
+    if CANNOT_TRAVEL not in source:
+        return []
+    text = "from branchc import resumable\n" + source
+    lines = text.splitlines()
+    blocks = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.With) and CANNOT_TRAVEL in lines[node.lineno - 1]:
+            blocks.append((node.lineno, node.body[0].lineno, node.end_lineno or node.lineno))
+    return blocks
+
+
+def _untravelable_at(generator: Any, blocks: list[tuple[int, int, int]]) -> tuple[int, ...]:
+    """The lines of the marked `with` blocks a suspended native generator is inside."""
+    frame = getattr(generator, "gi_frame", None)
+    if not blocks or frame is None or not getattr(generator, "gi_suspended", False):
+        return ()
+    line = frame.f_lineno
+    return tuple(with_line for with_line, first, last in blocks if first <= line <= last)
+
+
+def _refusal_problem(generator: Any, mode: str, with_lines: tuple[int, ...]) -> tuple[Any, Any]:
+    """Snapshot where it must be refused: (None, generator) when it is refused as it should be,
+    else (what went wrong, the generator to go on with)."""
+    try:
+        resumed = _reload(generator, mode)
+    except TypeError as error:
+        message = str(error)
+        if any(re.search(rf"(?::|\bline )\s*{line}(?!\d)", message) for line in with_lines):
+            return None, generator
+        named = " or ".join(str(line) for line in with_lines)
+        return ("snapshot refused without naming the with at line " + named, _exc(error)), generator
+    except BaseException as error:
+        return ("snapshot refused with a non-TypeError", _exc(error)), generator
+    return ("snapshot not refused inside the with at line", with_lines), resumed
+
+
+def trace(
+    source: str,
+    script: list[tuple],
+    mode: str,
+    args: tuple = (),
+    untravelable: list[tuple[int, ...]] | None = None,
+) -> list[Any]:
+    """The trace of `script` in one mode. In the native mode, `untravelable` (a list to fill, if given)
+    gets, before each operation, the marked `with` lines the generator is suspended inside; in the
+    snapshot modes, `untravelable` (that list) says where the snapshot must be refused instead."""
     module = load(source, compiled=mode != "native")
     log = _fresh_namespace(module)
     generator = module.gen(*args)
     out: list[Any] = []
     kept = []  # snapshotted generators stay referenced: collecting one would run its finally blocks
-    for op in script:
-        if mode in ("raw", "json"):
+    blocks = _untravelable_blocks(source) if mode == "native" and untravelable is not None else []
+    for index, op in enumerate(script):
+        problem = None
+        if mode == "native" and untravelable is not None:
+            untravelable.append(_untravelable_at(generator, blocks))
+        refuse = untravelable[index] if mode in ("raw", "json") and untravelable else ()
+        if refuse:
+            kept.append(generator)
+            problem, generator = _refusal_problem(generator, mode, refuse)
+        elif mode in ("raw", "json"):
             kept.append(generator)
             generator = _reload(generator, mode)
         try:
@@ -108,7 +187,9 @@ def trace(source: str, script: list[tuple], mode: str, args: tuple = ()) -> list
             result = ("return", repr(stop.value))
         except BaseException as error:
             result = ("raise", _exc(error))
-        out.append((op, result, list(log)))
+        if problem is not None:
+            result = ("snapshot", problem, result)
+        out.append((op, result, [_logged(value) for value in log]))
     for old in kept:  # the trace is done: let the snapshotted originals finish quietly
         try:
             old.close()
@@ -119,9 +200,10 @@ def trace(source: str, script: list[tuple], mode: str, args: tuple = ()) -> list
 
 def check(source: str, script: list[tuple], args: tuple = (), modes: tuple[str, ...] = MODES[1:]) -> None:
     """Assert every mode gives the native trace, with a readable report when one does not."""
-    expected = trace(source, script, "native", args)
+    untravelable: list[tuple[int, ...]] = []
+    expected = trace(source, script, "native", args, untravelable)
     for mode in modes:
-        got = trace(source, script, mode, args)
+        got = trace(source, script, mode, args, untravelable)
         if got != expected:
             lines = [f"mode {mode!r} differs from CPython", "program:", source, "script:", repr(script)]
             for index, (want, have) in enumerate(zip(expected, got, strict=False)):
@@ -129,4 +211,6 @@ def check(source: str, script: list[tuple], args: tuple = (), modes: tuple[str, 
                 lines.append(f"{mark} step {index}: native {want!r}")
                 if want != have:
                     lines.append(f"{mark}          {mode:6} {have!r}")
+                if mode in ("raw", "json") and index < len(untravelable) and untravelable[index]:
+                    lines.append(f"   (a snapshot here must be refused: inside the with at {untravelable[index]})")
             raise AssertionError("\n".join(lines))

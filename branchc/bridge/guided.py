@@ -27,7 +27,7 @@ from ..runtime.runstate import dump_run, load_run
 from ..runtime.tool import Tool
 from .elicitation import form_schema
 from .results import error_result
-from .rounds import AnswerError, check_answered, feed, guarded, start_run
+from .rounds import AnswerError, check_answered, feed, guarded, released_unless_fed, start_run
 
 __all__ = ["RESUME_TOOL", "GuidedRuns", "resume_tool"]
 
@@ -70,40 +70,51 @@ class GuidedRuns:
         self.waiting[ident] = (now + self.ttl, tool, dump_run(handoff, machine))
         return ident
 
-    def take(self, ident: Any) -> tuple[str, str]:
+    def take(self, ident: Any) -> tuple[float, str, str]:
+        """(expires, tool name, saved run) of a waiting run, which no longer waits under `ident`."""
         found = self.waiting.pop(ident, None) if isinstance(ident, str) else None
         if found is None or found[0] <= time.time():
             raise AnswerError(
                 f"state_id {ident!r} is unknown, already used or expired (runs wait {self.ttl:.0f} s); "
                 f"call the tool again to start over"
             )
-        return found[1], found[2]
+        return found
 
     async def start(self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel) -> Any:
         return await guarded(start_run(bridge, ctx, tool, model, check=False), self._ask, bridge, ctx, tool)
 
     async def resume(self, bridge: Any, ctx: ServerRequestContext, arguments: dict[str, Any] | None) -> Any:
         arguments = arguments or {}
+        ident = arguments.get("state_id")
         try:
-            name, saved = self.take(arguments.get("state_id"))
+            expires, name, saved = self.take(ident)
         except AnswerError as error:
             return error_result(str(error))
         tool = bridge.tools[name]
 
         async def restored() -> tuple[Any, Machine]:
             handoff, machine = load_run(saved)
-            answers = arguments.get("answers")
-            if not isinstance(answers, dict):
-                raise AnswerError("answers: give an object: request key -> answer")
-            check_answered(machine, answers.keys(), "answers")
-            feed(machine, {key: _answer(machine.requests[key], answers[key]) for key in answers})
+            try:
+                with released_unless_fed(machine):
+                    answers = arguments.get("answers")
+                    if not isinstance(answers, dict):
+                        raise AnswerError("answers: give an object: request key -> answer")
+                    check_answered(machine, answers.keys(), "answers")
+                    feed(machine, {key: _answer(machine.requests[key], answers[key]) for key in answers})
+            except AnswerError as error:
+                # nothing was fed: the run still waits under its state id, for answers that fit
+                self.waiting[ident] = (expires, name, saved)
+                still = f"(the run still waits: call {RESUME_TOOL} again with this state_id)"
+                raise AnswerError(f"{error}\n{still}") from None
             return handoff, machine
 
         return await guarded(restored(), self._ask, bridge, ctx, tool)
 
     def _ask(self, ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
-        state_id = self.keep(machine.tool, handoff, machine)
+        """The pending requests as a guide for the calling model; the run is kept under a new state id
+        (guarded() then releases this live copy: the run goes on from the kept one)."""
         requests = [_describe(request) for request in machine.pending]
+        state_id = self.keep(machine.tool, handoff, machine)
         guide = {
             "status": "waiting_for_answers",
             "tool": machine.tool,

@@ -12,9 +12,10 @@ Nothing stays in memory between rounds: any replica with the key serves any roun
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -33,7 +34,7 @@ from .elicitation import ElicitSchemaError, form_schema
 from .results import describe_failure, error_result, result_of
 from .sampling import SamplingToolsError, sample_params, sample_result
 
-__all__ = ["check_answered", "feed", "guarded", "run_round", "start_run"]
+__all__ = ["check_answered", "feed", "guarded", "released_unless_fed", "run_round", "start_run"]
 
 
 class AnswerError(BranchcError, ValueError):
@@ -50,14 +51,15 @@ async def run_round(
 
     async def restored() -> tuple[Any, Machine]:
         handoff, machine = load_run(params.request_state)
-        if machine.tool != tool.name:
-            raise AnswerError(f"this request_state belongs to tool {machine.tool!r}, not {tool.name!r}")
-        responses = params.input_responses or {}
-        check_answered(machine, responses.keys(), "input_responses")
-        feed(machine, {key: _answer(request, responses[key]) for key, request in machine.requests.items()})
+        with released_unless_fed(machine):  # refused answers: the same request_state can be answered again
+            if machine.tool != tool.name:
+                raise AnswerError(f"this request_state belongs to tool {machine.tool!r}, not {tool.name!r}")
+            responses = params.input_responses or {}
+            check_answered(machine, responses.keys(), "input_responses")
+            feed(machine, {key: _answer(request, responses[key]) for key, request in machine.requests.items()})
         return handoff, machine
 
-    return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool)
+    return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool, resumable=True)
 
 
 def _asked_as_input_requests(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
@@ -75,23 +77,44 @@ async def guarded(
     bridge: Any,
     ctx: ServerRequestContext,
     tool: Tool,
+    *,
+    resumable: bool = False,
 ) -> Any:
     """Get the run (`started`), step it until it ends (the call's result) or `waiting(ctx, handoff,
-    machine)` gives the answer for a run that waits; every failure is a tool error result."""
+    machine)` gives the answer for a run that waits; every failure is a tool error result.
+
+    `resumable`: the run was restored from a request_state that stays good after this round (the
+    2026-07-28 era). A round that is cancelled or fails then does not end the run (the client may
+    send that round again), so its live copy is released, not halted.
+
+    `waiting` saves the run in its answer (a request_state, a guided state id): the run goes on
+    from there, so this live copy is then released, never closed, and its cleanup (the finally
+    blocks of the tool's code) runs once, in the round where the run ends. A run that ends here
+    some other way (cancelled, the connection lost, a failure while stepping or saving it) is
+    halted: its finally blocks run now, and what they log is still sent if it can be."""
+    machine: Machine | None = None
     try:
-        handoff, machine = await started
-        provider = bridge.sampler(ctx)
-        while True:
-            machine.advance()
-            await _send_outbox(ctx, tool, machine)
-            if machine.done:
-                break
-            if provider is not None and any(request.kind == "sample" for request in machine.pending):
-                await _sample_on_server(provider, machine)
-                continue
-            response = waiting(ctx, handoff, machine)
-            if response is not None:
-                return response
+        try:
+            handoff, machine = await started
+            provider = bridge.sampler(ctx)
+            while True:
+                machine.advance()
+                await _send_outbox(ctx, tool, machine)
+                if machine.done:
+                    break
+                if provider is not None and any(request.kind == "sample" for request in machine.pending):
+                    await _sample_on_server(provider, machine)
+                    continue
+                response = waiting(ctx, handoff, machine)
+                if response is not None:
+                    machine.release()
+                    return response
+        except BaseException as error:
+            if machine is not None and resumable and not machine.done and not machine.released:
+                machine.release()
+            elif machine is not None:
+                await _halt(ctx, tool, machine, error)
+            raise
         if not machine.ok:
             raise ToolPhaseError(tool.name, "client", machine.result) from machine.result
         result = machine.result
@@ -101,10 +124,39 @@ async def guarded(
             check_json_data(result, "result", "convert it in after()")
         result = tool.check_output(result)
     except (AnswerError, RunStateError, MissingCapabilityError) as error:
-        return error_result(str(error))
+        return error_result(_noted(str(error), error))
     except BranchcError as error:
-        return error_result(describe_failure(error))
+        return error_result(_noted(describe_failure(error), error))
     return result_of(result)
+
+
+def _noted(text: str, error: BaseException) -> str:
+    return "\n".join([text, *getattr(error, "__notes__", ())])
+
+
+@contextlib.contextmanager
+def released_unless_fed(machine: Machine) -> Iterator[None]:
+    """A restored run whose answers are refused is let go of (released), not closed: its saved
+    copy stays good, and its cleanup runs where the run really ends, not here."""
+    try:
+        yield
+    except BaseException:
+        machine.release()
+        raise
+
+
+async def _halt(ctx: ServerRequestContext, tool: Tool, machine: Machine, error: BaseException) -> None:
+    """The run ends in this round without finishing (`error`): halt it, so its finally blocks run
+    (once: nothing saved it), and send what they log while the connection still takes it."""
+    if machine.released or machine.done:
+        return
+    with anyio.CancelScope(shield=True):
+        try:
+            machine.halt()
+        except Exception as halting:
+            error.add_note(f"also, while halting the run: {type(halting).__name__}: {halting}")
+        with contextlib.suppress(Exception):
+            await _send_outbox(ctx, tool, machine)
 
 
 async def start_run(

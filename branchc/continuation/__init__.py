@@ -11,15 +11,16 @@ It knows nothing of tools, effects or MCP: the runtime builds on it.
 """
 
 from .errors import NotSerializableError, SnapshotDataError, SnapshotError
-from .generator import ResumableGenerator
+from .generator import is_compiled, release
 from .snapshots import ContextHandle, resume, snapshot
 
 __all__ = [
     "ContextHandle",
     "NotSerializableError",
-    "ResumableGenerator",
     "SnapshotDataError",
     "SnapshotError",
+    "is_compiled",
+    "release",
     "resume",
     "snapshot",
 ]

@@ -1,9 +1,11 @@
-"""What compiled modules import as `_bc_rt`: the generator object and the helpers its body calls.
+"""What compiled modules import as `_bc_rt`: the helpers a compiled body calls, and what the
+rest of branchc reads off a compiled generator.
 
-A compiled function's body is a native generator that can be re-entered at any
-label (see branchc.splitter.lower). `ResumableGenerator` wraps it: stepping is the
-native generator's own `send` / `throw` / `close` (bound once, no extra frame), and
-`state()` reads the suspended frame's label and live locals, which snapshot.py encodes.
+A compiled function returns a plain CPython generator: its body can be re-entered at any
+label (see branchc.splitter.lower). A resume makes the generator afresh and leaves a resume
+record for its prologue (`resuming`), which restores the saved variables and skips to the
+label; `state` reads a suspended frame's label and live variables, which snapshots.py
+encodes. `release` lets go of generators whose run goes on elsewhere.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import builtins
 import itertools
 import linecache
+import sys
+import threading
 import types
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 from .registry import FunctionMeta, compiled, meta_of, reregister
@@ -22,15 +25,21 @@ from .relocate import relocate_functions
 __all__ = [
     "UNBOUND",
     "FunctionMeta",
-    "ResumableGenerator",
     "compiled",
+    "free_cells",
+    "is_compiled",
     "make_generator",
+    "meta_of",
     "rejoin",
+    "release",
+    "release_reachable",
     "relocate",
     "resume_iter",
+    "resuming",
+    "source_location",
+    "state",
     "suspended_at",
     "yf_iter",
-    "yf_native",
 ]
 
 # Compiled code names builtins through this module, so a program that rebinds `iter` or `str`
@@ -38,7 +47,9 @@ __all__ = [
 iter = builtins.iter
 str = builtins.str
 BaseException = builtins.BaseException
+GeneratorExit = builtins.GeneratorExit
 NameError = builtins.NameError
+exc_info = sys.exc_info
 
 
 class _Unbound:
@@ -49,80 +60,248 @@ class _Unbound:
 
 
 UNBOUND = _Unbound()
+_GENERATOR = types.GeneratorType
 
 
-class ResumableGenerator:
-    """A compiled generator: the full generator protocol, plus `snapshot()`."""
+def is_compiled(value: Any) -> bool:
+    """Whether `value` is a generator of a compiled function (as opposed to a native one)."""
+    if type(value) is not _GENERATOR:
+        return False
+    try:
+        meta_of(value.gi_code)
+    except KeyError:
+        return False
+    return True
 
-    __slots__ = ("__weakref__", "_body", "_gen", "close", "send", "throw")
 
-    def __init__(self, gen: types.GeneratorType, body: types.FunctionType) -> None:
-        self._gen = gen
-        self._body = body
-        self.send = gen.send
-        self.throw = gen.throw
-        self.close = gen.close
+# -- resuming ----------------------------------------------------------------------------------
 
-    def __iter__(self) -> ResumableGenerator:
-        return self
 
-    # A property: CPython binds it and calls the native __next__ directly, no Python frame.
-    __next__ = property(attrgetter("_gen.__next__"))
+@dataclass
+class _Resume:
+    """What a prologue reads: the label to reach and the values to restore, for one code object."""
 
-    def __repr__(self) -> str:
-        return f"<compiled generator {self._gen.__qualname__.removesuffix('.<locals>._bc_body')} at {id(self):#x}>"
+    code: types.CodeType
+    label: int
+    values: dict[str, Any]
 
-    gi_frame = property(attrgetter("_gen.gi_frame"))
-    gi_running = property(attrgetter("_gen.gi_running"))
-    gi_code = property(attrgetter("_gen.gi_code"))
-    gi_suspended = property(attrgetter("_gen.gi_suspended"))
-    gi_yieldfrom = property(attrgetter("_gen.gi_yieldfrom"))
 
-    @property
-    def meta(self) -> FunctionMeta:
-        code = self._gen.gi_code
-        return meta_of(code)
+class _Pending(threading.local):
+    record: _Resume | None = None
 
-    @property
-    def source_location(self) -> str:
-        """file:line of the yield this generator waits at (for error messages)."""
-        frame = self._gen.gi_frame
-        if frame is None:
-            return "a finished generator"
+
+_pending = _Pending()
+
+
+def resuming() -> _Resume | None:
+    """Called by every compiled body's prologue: the resume record left for it, if this start is a
+    resume (`make_generator` leaves one and starts the generator at once), else None."""
+    record = _pending.record
+    if record is None or sys._getframe(1).f_code is not record.code:
+        return None
+    _pending.record = None
+    return record
+
+
+def make_generator(
+    meta: FunctionMeta, state: str, label: int, values: dict[str, Any], free: dict[str, types.CellType]
+) -> types.GeneratorType:
+    """A compiled generator rebuilt from its raw continuation (no encoding involved): suspended
+    exactly where the snapshot was taken, or not started, or finished."""
+    code = meta.body_code
+    freevars = code.co_freevars
+    closure = tuple(free[n] if n in free else types.CellType() for n in freevars) if freevars else None
+    function = types.FunctionType(code, meta.globals, code.co_name, None, closure)
+    if state == "created":  # not started: call it with the arguments it had
+        return _call(function, code, values, closure)
+    generator = _call(function, code, {}, closure)
+    if state == "done":
+        generator.close()
+        return generator
+    _pending.record = _Resume(code, label, values)
+    try:
+        generator.send(None)  # runs the prologue and stops at the label: suspended exactly as snapshotted
+    finally:
+        _pending.record = None
+    return generator
+
+
+def _call(function: types.FunctionType, code: types.CodeType, values: dict[str, Any], closure: Any) -> Any:
+    """Call a compiled function or body with these parameter values (absent ones: None)."""
+    if code.co_varnames[code.co_argcount - 1 : code.co_argcount] == ("_bc_C",):
+        params = code.co_varnames[: code.co_argcount - 1]  # a nested body takes every parameter positionally
+        return function(*(values.get(n) for n in params), closure)
+    positional = code.co_varnames[: code.co_argcount]
+    keyword = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+    index = code.co_argcount + code.co_kwonlyargcount
+    star = code.co_varnames[index] if code.co_flags & 0x04 else None  # CO_VARARGS
+    index += star is not None
+    starstar = code.co_varnames[index] if code.co_flags & 0x08 else None  # CO_VARKEYWORDS
+    return function(
+        *(values.get(n) for n in positional),
+        *(values.get(star) or ()),
+        **{n: values.get(n) for n in keyword},
+        **(values.get(starstar) or {}),
+    )
+
+
+# -- reading a suspended generator -------------------------------------------------------------
+
+_FRAME_INTERNALS = frozenset({"_bc_T", "_bc_R", "_bc_L", "_bc_C", "_bc_label"})
+
+
+def state(generator: types.GeneratorType) -> tuple[str, int, dict[str, Any]]:
+    """(state, label, live variables) of a compiled generator: the raw continuation."""
+    if generator.gi_running:
+        raise ValueError("generator already executing")
+    frame = generator.gi_frame
+    if frame is None:
+        return "done", 0, {}
+    local_values = frame.f_locals
+    code = generator.gi_code
+    if not generator.gi_suspended:  # not running, not finished: created
+        skip = _FRAME_INTERNALS.union(code.co_freevars)
+        return "created", 0, {k: v for k, v in local_values.items() if k not in skip}
+    label = local_values["_bc_label"]
+    live = meta_of(code).live.get(label)
+    if live is None:
+        return "suspended", label, {k: v for k, v in local_values.items() if k not in _FRAME_INTERNALS}
+    values = {}
+    for k in live:
+        if k in local_values:
+            values[k] = local_values[k]
+    return "suspended", label, values
+
+
+def free_cells(generator: types.GeneratorType) -> dict[str, types.CellType]:
+    """The cells a compiled body closes over, by name (a nested body keeps them in `_bc_C`)."""
+    freevars = generator.gi_code.co_freevars
+    if not freevars:
+        return {}
+    frame = generator.gi_frame
+    cells = frame.f_locals.get("_bc_C") if frame is not None else None
+    return dict(zip(freevars, cells, strict=True)) if cells else {}
+
+
+def source_location(generator: types.GeneratorType) -> str:
+    """file:line of the yield a compiled generator waits at (for error messages)."""
+    frame = generator.gi_frame
+    meta = meta_of(generator.gi_code)
+    if frame is None:
+        return "a finished generator"
+    label = frame.f_locals.get("_bc_label")
+    site = meta.sites.get(label) if label else None
+    return f"{meta.filename}:{site[0] if site else frame.f_lineno}"
+
+
+def suspended_at(generator: Any) -> dict[str, Any]:
+    """Where a suspended generator waits: its function and the yield's line and column (1-based),
+    plus the state label when it is compiled. Traces record it; a native generator reads the
+    position of its paused instruction, so traces of native and compiled runs agree."""
+    code, frame = getattr(generator, "gi_code", None), getattr(generator, "gi_frame", None)
+    if code is None or frame is None:
+        return {}
+    if is_compiled(generator):
         label = frame.f_locals.get("_bc_label")
-        site = self.meta.sites.get(label) if label else None
-        return f"{self.meta.filename}:{site[0] if site else frame.f_lineno}"
+        meta = meta_of(code)
+        site = meta.sites.get(label) if label else None
+        where = {"function": meta.qualname, "label": label}
+        return where | ({"line": site[0], "column": site[1]} if site else {})
+    line, _, column, _ = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None))
+    column = column or 0
+    text = linecache.getline(code.co_filename, line or 0)
+    if not text.isascii():  # CPython counts UTF-8 bytes; spans count characters
+        column = len(text.encode("utf-8")[:column].decode("utf-8", "replace"))
+    return {"function": code.co_qualname, "line": line, "column": column + 1}
 
-    def state(self) -> tuple[str, int, dict[str, Any]]:
-        """(state, label, live locals): the raw continuation, before encoding."""
-        gen = self._gen
-        if gen.gi_running:
+
+# -- letting go --------------------------------------------------------------------------------
+
+
+class _Releasing(threading.local):
+    depth = 0
+
+
+_releasing = _Releasing()
+
+
+def on_exit() -> int:
+    """Called by a compiled yield that GeneratorExit reaches: -1 while this thread releases
+    generators (then the frame unwinds running none of the program's code: no label is -1),
+    else 0 (an ordinary close() or throw(GeneratorExit))."""
+    return -1 if _releasing.depth else 0
+
+
+def release(*generators: types.GeneratorType) -> None:
+    """Let go of compiled generators whose run goes on elsewhere (they were snapshotted, and the
+    snapshot is resumed in another place): each frame is dropped as it is, and no `finally`
+    block, `except` clause or context manager exit of the program runs, so a run's cleanup runs
+    exactly once, where the run really ends. The compiled generators they hold (in variables,
+    in containers, or delegated to by `yield from`) are released with them; a native generator
+    they hold is closed, as dropping it would close it. Dropping a compiled generator without
+    `release` closes it, running its finally blocks, as CPython does."""
+    for generator in generators:
+        if not is_compiled(generator):
+            raise TypeError(
+                f"release() takes generators of compiled functions, not {type(generator).__name__}: a native "
+                f"generator cannot continue elsewhere, so close it (or let it go) instead"
+            )
+        if generator.gi_running:
             raise ValueError("generator already executing")
-        frame = gen.gi_frame
-        if frame is None:
-            return "done", 0, {}
-        local_values = frame.f_locals
-        if not gen.gi_suspended:  # not running, not finished: created
-            skip = _FRAME_INTERNALS.union(gen.gi_code.co_freevars)
-            return "created", 0, {k: v for k, v in local_values.items() if k not in skip}
-        label = local_values["_bc_label"]
-        code = gen.gi_code
-        live = meta_of(code).live.get(label)
-        if live is None:
-            return "suspended", label, {k: v for k, v in local_values.items() if k not in _FRAME_INTERNALS}
-        values = {}
-        for k in live:
-            if k in local_values:
-                values[k] = local_values[k]
-        return "suspended", label, values
-
-    def free_values(self) -> dict[str, types.CellType]:
-        """The body's closure by name: cells of captured variables, and of enclosing functions."""
-        closure = self._body.__closure__
-        return dict(zip(self._body.__code__.co_freevars, closure, strict=True)) if closure else {}
+    held = _held_generators(generators)
+    frames = [generator.gi_frame for generator in held]  # kept: cleared below, once every frame has let go
+    _releasing.depth += 1
+    try:
+        for generator in held:
+            generator.close()  # GeneratorExit meets `on_exit() == -1` at the yield: nothing of the program runs
+    finally:
+        _releasing.depth -= 1
+    for frame in frames:
+        if frame is not None:
+            frame.clear()  # a frame kept alive by a cycle (a handled exception's traceback) lets go now
 
 
-_FRAME_INTERNALS = frozenset({"_bc_T", "_bc_R", "_bc_L", "_bc_label"})
+def release_reachable(value: Any) -> None:
+    """Release every compiled generator reachable from `value` (a decoded run that is refused, say)."""
+    generators = [generator for generator in _held_generators((value,)) if generator.gi_frame is not None]
+    if generators:
+        release(*generators)
+
+
+def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
+    """The compiled generators reachable from `roots` through their variables: containers,
+    objects' attributes, cells, bound methods and `yield from` delegates (the roots first)."""
+    found: list[types.GeneratorType] = []
+    seen: set[int] = set()
+    stack: list[Any] = list(reversed(roots))
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        kind = type(value)
+        if kind is _GENERATOR:
+            if not is_compiled(value) or value.gi_frame is None:
+                continue
+            found.append(value)
+            stack += value.gi_frame.f_locals.values()
+            stack.append(value.gi_yieldfrom)
+        elif kind in (list, tuple, set, frozenset):
+            stack += value
+        elif kind is dict:
+            stack += value.values()
+        elif kind is types.CellType:
+            try:
+                stack.append(value.cell_contents)
+            except ValueError:
+                pass
+        elif kind is types.MethodType:
+            stack.append(value.__self__)
+        elif isinstance(value, _RejoinIterator):
+            stack.append(value.sub)
+        elif hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType)):
+            stack += vars(value).values()
+    return found
 
 
 # -- helpers the compiled code calls ----------------------------------------------------------
@@ -130,14 +309,36 @@ _FRAME_INTERNALS = frozenset({"_bc_T", "_bc_R", "_bc_L", "_bc_label"})
 
 def yf_iter(value: Any) -> Any:
     """What `yield from value` iterates: generators and coroutines as they are, others via iter()."""
-    if isinstance(value, (types.GeneratorType, types.CoroutineType, ResumableGenerator)):
+    if isinstance(value, (types.GeneratorType, types.CoroutineType)):
         return value
     return iter(value)
 
 
-def yf_native(value: Any) -> Any:
-    """Delegate to the native generator inside a compiled one: CPython's fast path."""
-    return value._gen if type(value) is ResumableGenerator else value
+def special(value: Any, name: str) -> Any:
+    """`value.name` looked up as CPython looks up special methods: on the type, bound; None if missing."""
+    cls = type(value)
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name, _MISSING)
+        if found is not _MISSING:
+            bind = getattr(type(found), "__get__", None)
+            return found if bind is None else bind(found, value, cls)
+    return None
+
+
+_MISSING = object()
+
+
+def with_enter(manager: Any) -> tuple[Any, Any]:
+    """The start of a `with` statement (CPython 3.11's BEFORE_WITH): (bound __exit__, what __enter__ returned)."""
+    enter = special(manager, "__enter__")
+    if enter is None:
+        raise TypeError(f"{type(manager).__name__!r} object does not support the context manager protocol")
+    exit_ = special(manager, "__exit__")
+    if exit_ is None:
+        raise TypeError(
+            f"{type(manager).__name__!r} object does not support the context manager protocol (missed __exit__ method)"
+        )
+    return exit_, enter()
 
 
 def resume_iter(iterator: Any) -> Any:
@@ -187,52 +388,9 @@ class _RejoinGenerator(_RejoinIterator):
 
 
 def rejoin(sub: Any, _reset: int) -> _RejoinIterator:
-    sub = yf_native(sub)
     if hasattr(sub, "throw"):
         return _RejoinGenerator(sub)
     return _RejoinIterator(sub)
-
-
-# -- resuming --------------------------------------------------------------------------------
-
-
-@dataclass
-class _Resume:
-    """What the body's prologue reads: the label to reach and the values to restore."""
-
-    label: int
-    values: dict[str, Any]
-
-
-def make_generator(
-    meta: FunctionMeta,
-    state: str,
-    label: int,
-    values: dict[str, Any],
-    free: dict[str, types.CellType],
-    into: ResumableGenerator | None = None,
-) -> ResumableGenerator:
-    """Rebuild a compiled generator from its raw continuation (no encoding involved); `into` is
-    an empty ResumableGenerator to fill (resume made it first, so that references to it work)."""
-    code = meta.body_code
-    freevars = code.co_freevars
-    closure = tuple(free[n] if n in free else types.CellType() for n in freevars) if freevars else None
-    body = types.FunctionType(code, meta.globals, code.co_name, None, closure)
-    nargs = code.co_argcount - 1
-    if state == "created":  # not started: the arguments are simply its parameters
-        gen = body(*(values.get(n) for n in code.co_varnames[:nargs]), None)
-    else:
-        gen = body(*([None] * nargs), _Resume(label, values))
-    if into is None:
-        wrapper = ResumableGenerator(gen, body)
-    else:
-        wrapper = into
-        wrapper.__init__(gen, body)
-    if state == "suspended":
-        gen.send(None)  # runs the prologue and stops at the label: suspended exactly as snapshotted
-    elif state == "done":
-        gen.close()
-    return wrapper
 
 
 def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], source: str) -> None:
@@ -240,25 +398,3 @@ def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], 
     for function in relocate_functions(module_globals, lines, source):
         if getattr(function, "__branchc_compiled__", False):
             reregister(function)
-
-
-def suspended_at(generator: Any) -> dict[str, Any]:
-    """Where a suspended generator waits: its function and the yield's line and column (1-based),
-    plus the state label when it is compiled. Traces record it; a native generator reads the
-    position of its paused instruction, so traces of native and compiled runs agree."""
-    if isinstance(generator, ResumableGenerator):
-        frame = generator._gen.gi_frame
-        label = frame.f_locals.get("_bc_label") if frame is not None else None
-        meta = generator.meta
-        site = meta.sites.get(label) if label else None
-        where = {"function": meta.qualname, "label": label}
-        return where | ({"line": site[0], "column": site[1]} if site else {})
-    code, frame = getattr(generator, "gi_code", None), getattr(generator, "gi_frame", None)
-    if code is None or frame is None:
-        return {}
-    line, _, column, _ = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None))
-    column = column or 0
-    text = linecache.getline(code.co_filename, line or 0)
-    if not text.isascii():  # CPython counts UTF-8 bytes; spans count characters
-        column = len(text.encode("utf-8")[:column].decode("utf-8", "replace"))
-    return {"function": code.co_qualname, "line": line, "column": column + 1}

@@ -1,13 +1,22 @@
-"""The compiled functions this process knows: their metadata, by code object and by name.
+"""What a snapshot may name: the compiled functions and classes that builds record, and no more.
 
 A compiled module registers each compiled function when it is imported (the `compiled`
-decorator the splitter puts on it); a snapshot names a function as "module:qualname" plus
-the hash of its compiled code, and `lookup` finds it again.
+decorator the splitter puts on it), with the table the compiler embedded: the module's
+compiled functions (qualname, code hash, suspension points, live and restorable variables,
+what each variable can be bound to) and the classes it defines. A module that is not loaded
+yet is found through a build's manifest (`branchc.json`) in a folder on `sys.path`, and only
+then imported, from that folder. That is the whole allowlist: a snapshot names a compiled
+function, a function nested in one, a class a build records, one of a fixed list of value
+types (registered by branchc's own runtime) or a builtin of a fixed list; never an arbitrary
+module attribute, and nothing is imported that no manifest lists.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import json
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -17,15 +26,20 @@ from typing import Any
 from .errors import SnapshotError
 
 __all__ = [
-    "COMPILED_MODULES",
     "NESTED_CODE",
     "FunctionMeta",
     "compiled",
+    "compiled_function",
     "lookup",
     "meta_of",
     "nested_code",
+    "register_value_types",
     "reregister",
+    "resolve_class",
+    "travels",
 ]
+
+MANIFEST = "branchc.json"
 
 
 @dataclass
@@ -39,6 +53,8 @@ class FunctionMeta:
     filename: str
     restorable: frozenset[str] = frozenset()
     live: dict[int, frozenset[str]] = field(default_factory=dict)
+    binds: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @cached_property
@@ -46,8 +62,18 @@ class FunctionMeta:
         return f"{self.module}:{self.qualname}"
 
 
+@dataclass(frozen=True)
+class _Module:
+    """A compiled module as its table or a manifest records it."""
+
+    functions: dict[str, str]  # qualname -> code hash
+    classes: frozenset[str]
+    root: str | None = None  # the build folder whose manifest lists it; None once it is imported
+
+
 def _is_body(code: types.CodeType) -> bool:
-    return code.co_argcount > 0 and code.co_varnames[code.co_argcount - 1] == "_bc_R"
+    """A compiled body: its prologue's resume state is a local (the function itself, or `_bc_body`)."""
+    return "_bc_T" in code.co_varnames
 
 
 def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, globals_: dict) -> FunctionMeta:
@@ -61,6 +87,8 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
         filename=body.co_filename,
         restorable=frozenset(info["locals"]),
         live={label: frozenset(names) for label, names in info.get("live", {}).items()},
+        binds={name: frozenset(map(tuple, kinds)) for name, kinds in info.get("binds", {}).items()},
+        notes=info.get("notes", {}),
         globals=globals_,
     )
 
@@ -69,12 +97,19 @@ _BY_CODE: dict[types.CodeType, FunctionMeta] = {}
 # The same by id(): hashing a code object walks its constants, each time. Registered code objects
 # stay alive (they are keys above), so an id found here is that code's own.
 _BY_CODE_ID: dict[int, FunctionMeta] = {}
-
-
-#: modules that define compiled functions in this process (the default resume allowlist)
-COMPILED_MODULES: set[str] = set()
+_BY_REF: dict[str, FunctionMeta] = {}
+#: compiled modules imported in this process, by name
+_LOADED: dict[str, _Module] = {}
 #: code of functions nested in a compiled body -> (that function, path through co_consts)
 NESTED_CODE: dict[types.CodeType, tuple[FunctionMeta, tuple[int, ...]]] = {}
+#: "module:qualname" -> a type any snapshot may hold (branchc's own messages, results, run state)
+_VALUE_TYPES: dict[str, type] = {}
+
+
+def register_value_types(*classes: type) -> None:
+    """Let snapshots hold instances of these classes (the runtime's data: messages, results, run state)."""
+    for cls in classes:
+        _VALUE_TYPES[f"{cls.__module__}:{cls.__qualname__}"] = cls
 
 
 def _register_nested(meta: FunctionMeta) -> None:
@@ -101,19 +136,19 @@ def nested_code(meta: FunctionMeta, path: Any) -> types.CodeType | None:
     return code
 
 
-_BY_REF: dict[str, FunctionMeta] = {}
-
-
-def compiled(table: dict[str, dict], qualname: str):
-    """Decorator the splitter puts on each compiled function: registers its metadata."""
+def compiled(table: dict[str, Any], qualname: str):
+    """Decorator the splitter puts on each compiled function: registers its metadata, and its module."""
 
     def register(fn: types.FunctionType) -> types.FunctionType:
         fn.__branchc_table__ = (table, qualname)  # type: ignore[attr-defined]
-        body = next(c for c in fn.__code__.co_consts if isinstance(c, types.CodeType) and _is_body(c))
-        meta = _make_meta(table[qualname], fn.__module__, qualname, body, fn.__globals__)
+        code = fn.__code__
+        body = code if _is_body(code) else next(c for c in code.co_consts if type(c) is types.CodeType and _is_body(c))
+        meta = _make_meta(table["functions"][qualname], fn.__module__, qualname, body, fn.__globals__)
         _BY_CODE[body] = _BY_CODE_ID[id(body)] = meta
         _BY_REF[meta.ref] = meta  # a reloaded module replaces the old one
-        COMPILED_MODULES.add(meta.module)
+        if meta.module not in _LOADED or _LOADED[meta.module].functions is not table["functions"]:
+            hashes = {name: info["hash"] for name, info in table["functions"].items()}
+            _LOADED[meta.module] = _Module(hashes, frozenset(table["classes"]))
         _register_nested(meta)
         fn.__branchc_compiled__ = True  # type: ignore[attr-defined]
         fn.__branchc_meta__ = meta  # type: ignore[attr-defined]
@@ -133,25 +168,125 @@ def meta_of(code: types.CodeType) -> FunctionMeta:
     return _BY_CODE_ID.get(id(code)) or _BY_CODE[code]
 
 
-def lookup(ref: str, code_hash: str, allowed_modules: frozenset[str] | None = None) -> FunctionMeta:
-    """The compiled function named `module:qualname`, importing its module only if allowed."""
-    meta = _BY_REF.get(ref) if type(ref) is str else None
-    if meta is not None and meta.hash == code_hash:
-        return meta  # the common case, in short
-    if not isinstance(ref, str) or ref.count(":") != 1:
-        raise SnapshotError(f"fn: {ref!r} is not 'module:qualname'")
-    meta = _BY_REF.get(ref)
-    module_name = ref.split(":")[0]
-    if meta is None and module_name not in sys.modules:
-        if allowed_modules is None or module_name not in allowed_modules:
+# -- builds on sys.path -------------------------------------------------------------------------
+
+_MANIFESTS: dict[str, tuple[float, dict[str, _Module]]] = {}  # folder -> (the manifest's mtime, its modules)
+
+
+def _manifest(folder: str) -> dict[str, _Module]:
+    """The modules a build folder's manifest lists (none if it has no readable manifest)."""
+    path = os.path.join(folder or ".", MANIFEST)
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return {}
+    cached = _MANIFESTS.get(folder)
+    if cached is not None and cached[0] == mtime:
+        return cached[1]
+    modules: dict[str, _Module] = {}
+    root = os.path.realpath(folder or ".")
+    try:
+        with open(path, encoding="utf-8") as file:
+            listed = json.load(file)["modules"]
+        for name, entry in listed.items():
+            functions = {f["qualname"]: f["hash"] for f in entry.get("functions", [])}
+            modules[name] = _Module(functions, frozenset(entry.get("classes", [])), root)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        modules = {}  # not a manifest this branchc wrote: it lists nothing
+    _MANIFESTS[folder] = (mtime, modules)
+    return modules
+
+
+def _known(module: str) -> _Module | None:
+    """A compiled module loaded here, or listed by the manifest of a build folder on sys.path."""
+    loaded = _LOADED.get(module)
+    if loaded is not None:
+        return loaded
+    for folder in sys.path:
+        if isinstance(folder, str):
+            listed = _manifest(folder).get(module)
+            if listed is not None:
+                return listed
+    return None
+
+
+def _import(module: str, known: _Module) -> types.ModuleType:
+    """Import a module a manifest lists, from that build folder only (and its packages likewise)."""
+    if module in sys.modules:
+        return sys.modules[module]
+    if known.root is None:
+        raise SnapshotError(f"module {module!r} was compiled here but is not loaded any more")
+    parts = module.split(".")
+    for end in range(1, len(parts) + 1):
+        name = ".".join(parts[:end])
+        if name in sys.modules:
+            continue
+        listed = name == module or name in _manifest_of(known.root)
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        if origin is None and spec is not None and not listed:
+            continue  # a namespace package: no code of its own
+        if not listed or origin is None or not _inside(origin, known.root):
             raise SnapshotError(
-                f"fn: {ref} is not loaded, and module {module_name!r} is not in the allowed modules; "
-                f"import the compiled module first, or pass allowed_modules"
+                f"module {name!r} would be imported from {origin or 'nowhere'}, not from the build at "
+                f"{known.root} that lists it; put that build folder first on sys.path"
             )
-        importlib.import_module(module_name)
-        meta = _BY_REF.get(ref)
-    if meta is None:
-        meta = _find_nested(ref)
+    return importlib.import_module(module)
+
+
+def _manifest_of(root: str) -> dict[str, _Module]:
+    for folder, (_, modules) in _MANIFESTS.items():
+        if os.path.realpath(folder or ".") == root:
+            return modules
+    return {}
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([os.path.realpath(path), root]) == root
+
+
+def _split(ref: Any, what: str) -> tuple[str, str]:
+    if type(ref) is not str or ref.count(":") != 1:
+        raise SnapshotError(f"{what}: {ref!r} is not 'module:qualname'")
+    module, qualname = ref.split(":")
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise SnapshotError(f"{what}: {ref!r} does not name a module")
+    if not all(part.isidentifier() or part == "<locals>" for part in qualname.split(".")):
+        raise SnapshotError(f"{what}: {ref!r} does not name a function or class")
+    return module, qualname
+
+
+def _check_modules(module: str, modules: frozenset[str] | None, ref: str) -> None:
+    if modules is not None and module not in modules:
+        raise SnapshotError(f"{ref}: module {module!r} is not among the modules this resume allows")
+
+
+# -- what a snapshot names ------------------------------------------------------------------------
+
+
+def lookup(ref: Any, code_hash: str, modules: frozenset[str] | None = None) -> FunctionMeta:
+    """The compiled function named `module:qualname` with this code hash; its module is imported
+    only if a manifest on sys.path lists it (and `modules`, when given, names it)."""
+    meta = _BY_REF.get(ref) if type(ref) is str else None
+    if meta is not None and meta.hash == code_hash and (modules is None or meta.module in modules):
+        return meta  # the common case, in short
+    module, qualname = _split(ref, "fn")
+    _check_modules(module, modules, ref)
+    known = _known(module)
+    if known is None:
+        raise SnapshotError(
+            f"fn: {ref}: module {module!r} is not a compiled module loaded here, and no build manifest "
+            f"({MANIFEST}) on sys.path lists it; put the build folder on sys.path"
+        )
+    if qualname not in known.functions:
+        raise SnapshotError(f"fn: {ref} is not a function that module's build compiled")
+    if known.functions[qualname] != code_hash:
+        raise SnapshotError(
+            f"{ref}: the snapshot was taken from different compiled code (hash {code_hash}, here "
+            f"{known.functions[qualname]}); resume it with the build that made it"
+        )
+    _import(module, known)
+    meta = _BY_REF.get(ref) or _find_nested(module, qualname)
     if meta is None:
         raise SnapshotError(f"fn: {ref} is not a compiled function in this process")
     if meta.hash != code_hash:
@@ -162,12 +297,11 @@ def lookup(ref: str, code_hash: str, allowed_modules: frozenset[str] | None = No
     return meta
 
 
-def _find_nested(ref: str) -> FunctionMeta | None:
+def _find_nested(module_name: str, qualname: str) -> FunctionMeta | None:
     """Nested compiled functions register when their enclosing function runs; find them by code."""
-    module_name, qualname = ref.split(":")
     module = sys.modules.get(module_name)
     table = getattr(module, "_bc_META", None)
-    if not table or qualname not in table:
+    if not isinstance(table, dict) or qualname not in table.get("functions", ()):
         return None
     targets = {qualname, f"{qualname}.<locals>._bc_body"}
     stack = [c for c in vars(module).values() if isinstance(c, types.FunctionType)]
@@ -182,10 +316,63 @@ def _find_nested(ref: str) -> FunctionMeta | None:
     while codes:
         code = codes.pop()
         if code.co_qualname in targets and _is_body(code):
-            meta = _make_meta(table[qualname], module_name, qualname, code, vars(module))
+            meta = _make_meta(table["functions"][qualname], module_name, qualname, code, vars(module))
             _BY_CODE[code] = _BY_CODE_ID[id(code)] = meta
-            _BY_REF[ref] = meta
+            _BY_REF[meta.ref] = meta
             _register_nested(meta)
             return meta
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
     return None
+
+
+def _by_name(module: types.ModuleType, qualname: str) -> Any:
+    """Walk a qualname through __dict__ only (no getattr hooks, no imports)."""
+    found: Any = module
+    for part in qualname.split("."):
+        if not isinstance(found, (type, types.ModuleType)):
+            return None
+        found = vars(found).get(part)
+    return found
+
+
+def compiled_function(ref: Any, modules: frozenset[str] | None = None) -> types.FunctionType:
+    """The public compiled function `module:qualname` (a variable that held one, by name)."""
+    module, qualname = _split(ref, "ref")
+    _check_modules(module, modules, ref)
+    known = _known(module)
+    if known is None or qualname not in known.functions:
+        raise SnapshotError(f"ref: {ref} is not a function a build compiled")
+    found = _by_name(_import(module, known), qualname)
+    meta = getattr(found, "__branchc_meta__", None)
+    if not isinstance(found, types.FunctionType) or meta is None or meta.ref != ref:
+        raise SnapshotError(f"ref: {ref} is not a compiled function here")
+    return found
+
+
+def resolve_class(ref: Any, modules: frozenset[str] | None = None) -> type:
+    """The class `module:qualname`: a value type, or a class a build records (its module imported
+    if a manifest lists it); SnapshotError otherwise."""
+    found = _VALUE_TYPES.get(ref) if type(ref) is str else None
+    if found is not None:
+        return found
+    module, qualname = _split(ref, "class")
+    known = _known(module)
+    if known is None or qualname not in known.classes:
+        raise SnapshotError(
+            f"{ref} is not a class a build records: a snapshot holds instances of classes defined at "
+            f"module level in the compiled modules (and branchc's own data types)"
+        )
+    _check_modules(module, modules, ref)
+    found = _by_name(_import(module, known), qualname)
+    if not isinstance(found, type) or found.__module__ != module or found.__qualname__ != qualname:
+        raise SnapshotError(f"{ref} is not a class defined there")
+    return found
+
+
+def travels(cls: type) -> bool:
+    """Whether a snapshot may name this class (see `resolve_class`)."""
+    ref = f"{cls.__module__}:{cls.__qualname__}"
+    if _VALUE_TYPES.get(ref) is cls:
+        return True
+    known = _LOADED.get(cls.__module__) or _known(cls.__module__)
+    return known is not None and cls.__qualname__ in known.classes

@@ -11,13 +11,15 @@ from __future__ import annotations
 import ast
 import bisect
 import gc
+import sys
+import threading
 import types
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["gc_paused", "relocate_functions", "relocated_code", "relocation_paused"]
+__all__ = ["RECURSION_LIMIT", "deeply", "gc_paused", "relocate_functions", "relocated_code", "relocation_paused"]
 
-LineMap = dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
+LineMap = dict[int, tuple[int, int | None]]  # generated line -> (source line, column shift; None: unknown)
 
 
 @contextmanager
@@ -33,7 +35,46 @@ def gc_paused():
             gc.enable()
 
 
+#: Syntax trees are walked recursively (LibCST: a frame or two per level; CPython's AST to code: C frames),
+#: and a 500-term expression is deeper than Python's default limit allows: compiling runs in a thread
+#: with room for what CPython compiles from source.
+RECURSION_LIMIT = 40_000
+_STACK_SIZE = 512 << 20
+
+
+def deeply(function, *args):
+    """`function(*args)` in a thread with a big stack and a high recursion limit (its error is raised here)."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function(*args)))
+        except BaseException as error:  # handed to the caller's thread as it is
+            outcome.append((False, error))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
+    try:
+        stack = threading.stack_size(_STACK_SIZE)
+        try:
+            thread = threading.Thread(target=run, name="branchc-compile")
+            thread.start()
+        finally:
+            threading.stack_size(stack)
+        thread.join()
+    finally:
+        sys.setrecursionlimit(limit)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 def relocated_code(text: str, line_map: LineMap, filename: str) -> types.CodeType:
+    return deeply(_relocated_code, text, line_map, filename)
+
+
+def _relocated_code(text: str, line_map: LineMap, filename: str) -> types.CodeType:
     with gc_paused():
         tree = ast.parse(text)
     if line_map:
@@ -62,7 +103,8 @@ def relocated_code(text: str, line_map: LineMap, filename: str) -> types.CodeTyp
 
 
 def _is_body(code: types.CodeType) -> bool:
-    return code.co_argcount > 0 and code.co_varnames[code.co_argcount - 1] == "_bc_R"
+    """A compiled function's nested body (`_bc_body`, which takes its cells last as `_bc_C`)."""
+    return code.co_argcount > 0 and code.co_varnames[code.co_argcount - 1] == "_bc_C"
 
 
 def _rename_bodies(code: types.CodeType, owner: types.CodeType | None = None) -> types.CodeType:

@@ -9,6 +9,13 @@ progress, or one held in a variable) are entries of the same graph, so identity
 and cycles survive. The runtime's Context handle travels as `{"t": "ctx"}` and is
 re-bound on resume, never copied.
 
+What a snapshot names is checked against the builds (see registry.py): compiled functions,
+the classes a build records, value types and a fixed list of builtins. A variable that holds
+a callable the compiler saw the code bind there (a method taken from an object, a global, a
+`with` manager's `__exit__`) travels as that binding, `{"t": "method" | "special" |
+"global"}`, and is rebuilt from the object or the name: a bound method is never restored
+anywhere else, so a forged snapshot cannot swap what the resumed code calls.
+
 Most snapshots are of one generator holding plain data (messages, counters, its loops' range
 iterators, the Context): `snapshot` and `resume` first try a short path for exactly that
 (`_plain_snapshot`, `_plain_resume`, on codec.encode_plain / decode_plain), which writes and
@@ -18,15 +25,28 @@ reads the same data as the full path; anything else, including every error, goes
 from __future__ import annotations
 
 import builtins
+import contextlib
 import re
 import sys
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from .codec import BUILTIN_TYPES, decode, decode_plain, encode, encode_plain
+from .codec import BUILTIN_TYPES, DEFAULT_LIMITS, DecodeLimits, decode, decode_plain, encode, encode_plain
 from .errors import NotSerializableError, SnapshotDataError, SnapshotError
-from .generator import ResumableGenerator, make_generator
-from .registry import COMPILED_MODULES, NESTED_CODE, lookup, nested_code
+from .generator import free_cells, is_compiled, make_generator, release, source_location, special, state
+from .registry import (
+    NESTED_CODE,
+    FunctionMeta,
+    compiled_function,
+    lookup,
+    meta_of,
+    nested_code,
+    register_value_types,
+    resolve_class,
+    travels,
+)
 
 __all__ = [
     "ContextHandle",
@@ -41,6 +61,9 @@ __all__ = [
 
 
 _PLAIN_EXTRAS: dict[type, dict] = {}
+
+# Context managers of the standard library that hold only data: a `with` spanning a yield can keep them.
+register_value_types(contextlib.suppress, contextlib.nullcontext)
 
 
 class ContextHandle:
@@ -65,18 +88,21 @@ _HIDDEN = [
 ]
 
 
-def _describe(variable: str) -> str:
+def _describe(variable: str, meta: FunctionMeta | None = None) -> str:
+    if meta is not None and variable in meta.notes:
+        return meta.notes[variable]
     for pattern, text in _HIDDEN:
         if pattern.fullmatch(variable):
             return text
     return f"variable {variable!r}"
 
 
-#: Builtins a variable may hold across a yield (a spilled callee, say): pure functions and types only.
+#: Builtins a snapshot may name (a variable holding `len`, say): pure functions and types, nothing
+#: that does I/O, builds classes or reaches attributes.
 _SAFE_BUILTINS = frozenset(
     "abs all any ascii bin bool bytes callable chr dict divmod enumerate filter float format frozenset hash "
-    "hex int isinstance issubclass iter len list map max min next object oct ord pow print range repr "
-    "reversed round set slice sorted str sum tuple type zip".split()
+    "hex int isinstance issubclass iter len list map max min next oct ord pow range repr "
+    "reversed round set slice sorted str sum tuple zip".split()
 )
 
 
@@ -84,32 +110,70 @@ def _is_builtin_exception(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "builtins"
 
 
-def _function_ref(value: Any) -> str | None:
-    """'module:qualname' when `value` is exactly what that name holds (so it can be named, not copied)."""
+def _ref(value: Any) -> str | None:
+    """'module:qualname' when a snapshot may name `value`: a compiled function reachable by its
+    name, a class a build records, a safe builtin or builtin exception class."""
     module = getattr(value, "__module__", None)
     qualname = getattr(value, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
         return None
     if module == "builtins":
         safe = qualname in _SAFE_BUILTINS or _is_builtin_exception(value)
-        return f"builtins:{qualname}" if safe else None
+        return f"builtins:{qualname}" if safe and getattr(builtins, qualname, None) is value else None
+    if isinstance(value, type):
+        return f"{module}:{qualname}" if travels(value) else None
+    meta = getattr(value, "__branchc_meta__", None)
+    if meta is None or meta.ref != f"{module}:{qualname}":
+        return None
     target: Any = sys.modules.get(module)
     for part in qualname.split("."):
-        target = getattr(target, part, None)
-    return f"{module}:{qualname}" if target is value else None
+        target = vars(target).get(part) if isinstance(target, (type, types.ModuleType)) else None
+    return meta.ref if target is value else None
 
 
-def _encode_generator(value: ResumableGenerator, child) -> dict:
-    state, label, values = value.state()
-    meta = value.meta
+_BOUND = (types.MethodType, types.BuiltinMethodType)
+
+
+def _encode_binding(meta: FunctionMeta, variable: str, value: Any, child) -> list | None:
+    """A callable the code bound to `variable`, as that binding; None when it is none of them."""
+    kinds = meta.binds.get(variable)
+    if not kinds:
+        return None
+    if isinstance(value, _BOUND):
+        owner, name = value.__self__, value.__name__
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            if ("attr", name) in kinds:
+                return ["@", {"t": "method", "self": child(owner, (variable, "__self__", _ATTR)), "name": name}]
+            if ("special", name) in kinds and value == special(owner, name):
+                return ["@", {"t": "special", "self": child(owner, (variable, "__self__", _ATTR)), "name": name}]
+    for kind, name in kinds:
+        if kind == "global" and value is meta.globals.get(name, getattr(builtins, name, _NOTHING)):
+            return ["@", {"t": "global", "name": name}]
+    return None
+
+
+_NOTHING = object()
+
+
+def _encode_variables(meta: FunctionMeta, values: dict[str, Any], child) -> dict[str, Any]:
+    out = {}
+    for name, value in values.items():
+        binding = _encode_binding(meta, name, value, child) if meta.binds else None
+        out[name] = binding if binding is not None else child(value, name)
+    return out
+
+
+def _encode_generator(value: types.GeneratorType, child) -> dict:
+    status, label, values = state(value)
+    meta = meta_of(value.gi_code)
     try:
-        encoded = {k: child(v, k) for k, v in values.items()}
-        free = {k: child(v, k) for k, v in value.free_values().items()}
+        encoded = _encode_variables(meta, values, child)
+        free = {k: child(v, k) for k, v in free_cells(value).items()}
     except NotSerializableError as error:
-        variable = error.path.split("[", 1)[0].split(".", 1)[0]
-        where = value.source_location
+        variable = error.path.split("[", 1)[0].split(".", 1)[0].split("<", 1)[0]
+        where = source_location(value)
         raise NotSerializableError(
-            f"{meta.qualname} (waiting at {where}): {_describe(variable)}, at {error.path}",
+            f"{meta.qualname} (waiting at {where}): {_describe(variable, meta)}, at {error.path}",
             error.type_name,
             error.hint,
         ) from None
@@ -117,7 +181,7 @@ def _encode_generator(value: ResumableGenerator, child) -> dict:
         "t": "gen",
         "fn": meta.ref,
         "hash": meta.hash,
-        "state": state,
+        "state": status,
         "label": label,
         "vars": encoded,
         "free": free,
@@ -125,8 +189,8 @@ def _encode_generator(value: ResumableGenerator, child) -> dict:
 
 
 def _encode_extension(value: Any, child, path: str) -> dict | None:
-    if isinstance(value, ResumableGenerator):
-        return _encode_generator(value, child)
+    if type(value) is types.GeneratorType:
+        return _encode_generator(value, child) if is_compiled(value) else None
     if isinstance(value, ContextHandle):
         return {"t": "ctx"}
     if isinstance(value, types.CellType):
@@ -146,12 +210,8 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
             "kwdefaults": child(value.__kwdefaults__, (path, "__kwdefaults__", _ATTR)),
             "dict": child(value.__dict__, (path, "__dict__", _ATTR)),
         }
-    if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
-        owner = value.__self__
-        if owner is not None and not isinstance(owner, types.ModuleType) and not value.__name__.startswith("__"):
-            return {"t": "method", "self": child(owner, (path, "__self__", _ATTR)), "name": value.__name__}
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
-        ref = _function_ref(value)
+        ref = _ref(value)
         return {"t": "ref", "ref": ref} if ref else None
     return None
 
@@ -164,41 +224,42 @@ def encode_graph(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]
     value (a runner's own handles, say), and the compiled generators, cells and functions are
     written as `snapshot` writes them."""
     if extension is None:
-        return encode(roots, extension=_encode_extension)
+        return encode(roots, extension=_encode_extension, classes=travels)
 
     def both(value: Any, child: Any, path: Any) -> dict | None:
         return extension(value, child, path) or _encode_extension(value, child, path)
 
     both.declines = BUILTIN_TYPES  # type: ignore[attr-defined]
-    return encode(roots, extension=both)
+    return encode(roots, extension=both, classes=travels)
 
 
-def _plain_snapshot(generator: ResumableGenerator) -> dict[str, Any] | None:
+def _plain_snapshot(generator: types.GeneratorType) -> dict[str, Any] | None:
     """The common case, in short: variables of plain data (see codec.encode_plain) and no closure.
     The same data as the full path writes; None when it does not apply."""
-    state, label, values = generator.state()
-    if generator.free_values():
+    if generator.gi_code.co_freevars:
         return None
+    status, label, values = state(generator)
     encoded = encode_plain(values, _PLAIN_EXTRAS)
     if encoded is None:
         return None
-    meta = generator.meta
-    entry = {"t": "gen", "fn": meta.ref, "hash": meta.hash, "state": state, "label": label, "vars": encoded, "free": {}}
+    meta = meta_of(generator.gi_code)
+    entry = {"t": "gen", "fn": meta.ref, "hash": meta.hash, "state": status, "label": label, "vars": encoded}
+    entry["free"] = {}
     return {"branchc": VERSION, "graph": {"roots": {"gen": ["@", entry]}, "objects": []}}
 
 
-def snapshot(generator: ResumableGenerator) -> dict[str, Any]:
-    """The whole continuation of `generator` as JSON data (json.dumps always succeeds)."""
-    if type(generator) is ResumableGenerator:
-        data = _plain_snapshot(generator)
-        if data is not None:
-            return data
-    if not isinstance(generator, ResumableGenerator):
+def snapshot(generator: types.GeneratorType) -> dict[str, Any]:
+    """The whole continuation of a compiled generator as JSON data (json.dumps always succeeds)."""
+    if not is_compiled(generator):
+        kind = "a native generator" if type(generator) is types.GeneratorType else f"a {type(generator).__name__}"
         raise TypeError(
-            f"snapshot() takes a compiled generator, not {type(generator).__name__}; "
-            f"compile its function with `branchc compile` (or mark it @resumable and compile the module)"
+            f"snapshot() takes a generator of a compiled function, not {kind}; compile its function with "
+            f"`branchc compile` (or mark it @resumable and compile the module)"
         )
-    return {"branchc": VERSION, "graph": encode({"gen": generator}, extension=_encode_extension)}
+    data = _plain_snapshot(generator)
+    if data is not None:
+        return data
+    return {"branchc": VERSION, "graph": encode({"gen": generator}, extension=_encode_extension, classes=travels)}
 
 
 # Child paths are chains (parent, key, format), formatted by the codec only if an error names them.
@@ -207,7 +268,7 @@ _FN_FIELDS = frozenset({"t", "in", "hash", "code", "closure", "defaults", "kwdef
 _GEN_FIELDS = frozenset({"t", "fn", "hash", "state", "label", "vars", "free"})
 
 
-def _function(entry: dict, child, path: str, allowed: frozenset[str]) -> types.FunctionType:
+def _function(entry: dict, child, path: str, allowed: frozenset[str] | None) -> types.FunctionType:
     """A function defined inside a compiled generator: its code by position, its cells shared."""
     if entry.keys() != _FN_FIELDS:
         raise SnapshotDataError(path, f"a function entry has exactly the fields {sorted(_FN_FIELDS)}")
@@ -235,44 +296,58 @@ def _function(entry: dict, child, path: str, allowed: frozenset[str]) -> types.F
     return function
 
 
-def _resolve_ref(entry: dict, path: str, allowed: frozenset[str]) -> Any:
+def _resolve_ref(entry: dict, path: str, allowed: frozenset[str] | None) -> Any:
+    """A function or class by name: only what `_ref` writes (never an attribute chain)."""
     ref = entry.get("ref")
     if set(entry) != {"t", "ref"} or type(ref) is not str or ref.count(":") != 1:
         raise SnapshotDataError(path, "a ref entry is {t, ref} with ref 'module:qualname'")
     module_name, qualname = ref.split(":")
     if module_name == "builtins":
-        found = getattr(builtins, qualname, None) if qualname.isidentifier() else None
+        found = vars(builtins).get(qualname) if qualname.isidentifier() else None
         if qualname not in _SAFE_BUILTINS and not _is_builtin_exception(found):
             raise SnapshotDataError(f"{path}.ref", f"{ref} is not a builtin a snapshot may name")
         return found
-    if module_name not in allowed or module_name not in sys.modules:
-        raise SnapshotDataError(f"{path}.ref", f"{ref}: module {module_name!r} is not allowed here")
-    target: Any = sys.modules[module_name]
-    for part in qualname.split("."):
-        if not part.isidentifier() or part.startswith("__"):
-            raise SnapshotDataError(f"{path}.ref", f"{ref}: {part!r} is not a plain name")
-        target = getattr(target, part, None)
-    if not isinstance(target, (types.FunctionType, type)):
-        raise SnapshotDataError(f"{path}.ref", f"{ref} is not a function or class")
-    return target
+    try:
+        if "." not in qualname or "<" in qualname:
+            known = _known_kind(ref, allowed)
+            if known is not None:
+                return known
+        return compiled_function(ref, allowed)
+    except SnapshotError as error:
+        raise SnapshotDataError(f"{path}.ref", str(error)) from None
 
 
-#: branchc's own data types, which any snapshot of a tool may hold (messages, sample and elicit results).
-RUNTIME_MODULES = frozenset({"branchc.runtime.messages", "branchc.runtime.elicit"})
+def _known_kind(ref: str, allowed: frozenset[str] | None) -> Any:
+    """A class a build records, or None (then `ref` must be a compiled function)."""
+    try:
+        return resolve_class(ref, allowed)
+    except SnapshotError:
+        return None
 
 
-_allowed_cache: tuple[set[str], frozenset[str]] = (set(), RUNTIME_MODULES)
-
-
-def _default_allowed() -> frozenset[str]:
-    """The compiled modules and ours; rebuilt only when COMPILED_MODULES changed (it rarely does)."""
-    global _allowed_cache
-    known, allowed = _allowed_cache
-    if known != COMPILED_MODULES:
-        known = set(COMPILED_MODULES)
-        allowed = frozenset(known) | RUNTIME_MODULES
-        _allowed_cache = known, allowed
-    return allowed
+def _decode_binding(meta: FunctionMeta, variable: str, entry: dict, child, path: Any) -> Any:
+    """A callable the code bound to `variable` (see `_encode_binding`), rebuilt from its object or name."""
+    tag, name = entry.get("t"), entry.get("name")
+    kinds = meta.binds.get(variable, frozenset())
+    where = f"{path}.vars[{variable!r}]"
+    if type(name) is not str or (tag, name) not in {("method" if k == "attr" else k, n) for k, n in kinds}:
+        raise SnapshotDataError(
+            where, f"{meta.ref} binds no {tag} {name!r} to {variable!r}: a snapshot may not put it there"
+        )
+    if tag == "global":
+        if set(entry) != {"t", "name"}:
+            raise SnapshotDataError(where, "a global entry is {t, name}")
+        found = meta.globals.get(name, vars(builtins).get(name, _NOTHING))
+        if found is _NOTHING:
+            raise SnapshotDataError(where, f"{name!r} is not defined in {meta.module}")
+        return found
+    if set(entry) != {"t", "self", "name"}:
+        raise SnapshotDataError(where, f"a {tag} entry is {{t, self, name}}")
+    owner = child(entry["self"], (path, variable, ".vars[{!r}].self"))
+    method = special(owner, name) if tag == "special" else getattr(owner, name, None)
+    if not isinstance(method, _BOUND) or method.__self__ is not owner:
+        raise SnapshotDataError(where, f"a {type(owner).__name__} has no method {name!r}")
+    return method
 
 
 _TOP_FIELDS = frozenset({"branchc", "graph"})
@@ -281,7 +356,7 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})  # JSON scalars decode
 _STATES = ("created", "suspended", "done")
 
 
-def _generator(entry: dict, child, path: str, allowed: frozenset[str], pending: list) -> ResumableGenerator:
+def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, made: list) -> types.GeneratorType:
     """A compiled generator entry: checked, its variables decoded; it is built once the whole graph is."""
     if entry.keys() != _GEN_FIELDS:
         raise SnapshotDataError(path, f"a generator entry has exactly the fields {sorted(_GEN_FIELDS)}")
@@ -301,26 +376,60 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str], pending: 
         raise SnapshotDataError(f"{path}.vars", "expected an object of variables")
     if type(cells) is not dict:
         raise SnapshotDataError(f"{path}.free", "expected an object of variables")
-    shell = ResumableGenerator.__new__(ResumableGenerator)
-    child.created(shell)
-    values = {
-        name: value if type(value) in _SCALARS else child(value, (path, name, ".vars[{!r}]"))
-        for name, value in variables.items()
-    }
+    allowed_names = _restorable_at(meta, state, label)
+    if not allowed_names.issuperset(variables):
+        unknown = sorted(variables.keys() - allowed_names)[0]
+        raise SnapshotDataError(f"{path}.vars", f"{meta.ref} keeps no variable {unknown!r} at {state} {label}")
+    values = {}
+    for name, value in variables.items():
+        if type(value) in _SCALARS:
+            values[name] = value
+        elif _is_binding(value):
+            values[name] = _decode_binding(meta, name, value[1], child, path)
+        else:
+            values[name] = child(value, (path, name, ".vars[{!r}]"))
     free = {name: child(value, (path, name, ".free[{!r}]")) for name, value in cells.items()} if cells else {}
-    if not meta.restorable.issuperset(values):
-        unknown = values.keys() - meta.restorable
-        raise SnapshotDataError(f"{path}.vars", f"{meta.ref} has no variable {sorted(unknown)[0]!r}")
     if free:
         freevars = meta.body_code.co_freevars
         for name, cell in free.items():
             if name not in freevars or not isinstance(cell, types.CellType):
                 raise SnapshotDataError(f"{path}.free[{name!r}]", f"{meta.ref} closes over no such cell")
-    pending.append((shell, meta, state, label, values, free))
-    return shell
+    try:
+        generator = make_generator(meta, state, label, values, free)
+    except (TypeError, ValueError) as error:  # arguments a not-started generator cannot take, say
+        raise SnapshotDataError(path, f"cannot restore: {type(error).__name__}: {error}") from None
+    made.append(generator)
+    return generator
 
 
-def _plain_resume(graph: Any, context: Any, allowed: frozenset[str]) -> ResumableGenerator | None:
+_BINDINGS = frozenset({"method", "special", "global"})
+
+
+def _is_binding(value: Any) -> bool:
+    return (
+        type(value) is list
+        and len(value) == 2
+        and value[0] == "@"
+        and type(value[1]) is dict
+        and value[1].get("t") in _BINDINGS
+    )
+
+
+def _restorable_at(meta: FunctionMeta, state: str, label: Any) -> frozenset[str]:
+    """The variables a snapshot in this state may hold: the live ones at a suspension point, the
+    parameters of a generator not started yet, none once it is done."""
+    if state == "suspended":
+        return meta.live.get(label, meta.restorable)
+    if state == "created":
+        code = meta.body_code
+        count = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+        return frozenset(code.co_varnames[:count]) - {"_bc_C"}  # CO_VARARGS, CO_VARKEYWORDS
+    return frozenset()
+
+
+def _plain_resume(
+    graph: Any, context: Any, allowed: frozenset[str] | None, limits: DecodeLimits
+) -> types.GeneratorType | None:
     """The common case, in short: one generator of plain variables (see codec.decode_plain), no
     table, no closure. The same generator as the full path builds; None when it does not apply
     (then the full path runs, and reports what is wrong)."""
@@ -346,10 +455,13 @@ def _plain_resume(graph: Any, context: Any, allowed: frozenset[str]) -> Resumabl
         return None
     if state == "suspended" and (type(label) is not int or label not in meta.sites):
         return None
-    values = decode_plain(variables, {"ctx": context})
-    if values is None or not meta.restorable.issuperset(values):
+    values = decode_plain(variables, {"ctx": context}, limits=limits)
+    if values is None or not _restorable_at(meta, state, label).issuperset(values) or meta.body_code.co_freevars:
         return None
-    return make_generator(meta, state, label, values, {})
+    try:
+        return make_generator(meta, state, label, values, {})
+    except (TypeError, ValueError):
+        return None  # the full path reports it
 
 
 def _single_context(entry: dict, path: str, context: Any) -> Any:
@@ -358,14 +470,14 @@ def _single_context(entry: dict, path: str, context: Any) -> Any:
     return context
 
 
-def _decode_extension(allowed: frozenset[str], pending: list, context) -> Any:
+def _decode_extension(allowed: frozenset[str] | None, context, made: list) -> Any:
     """The codec's decode extension for compiled generators, cells, nested functions, refs and
     methods; `context(entry, child, path)` restores a Context entry."""
 
     def extension(entry: dict, child, path: str) -> Any:
         tag = entry.get("t")
         if tag == "gen":
-            return _generator(entry, child, path, allowed, pending)
+            return _generator(entry, child, path, allowed, made)
         if tag == "ctx":
             return context(entry, child, path)
         if tag == "ref":
@@ -380,64 +492,71 @@ def _decode_extension(allowed: frozenset[str], pending: list, context) -> Any:
             return cell
         if tag == "fn":
             return _function(entry, child, path, allowed)
-        if tag == "method":
-            name = entry.get("name")
-            if set(entry) != {"t", "self", "name"} or type(name) is not str or not name.isidentifier():
-                raise SnapshotDataError(path, "a method entry is {t, self, name} with an identifier name")
-            if name.startswith("__"):
-                raise SnapshotDataError(f"{path}.name", f"{name!r}: special methods are not restored")
-            owner = child(entry["self"], (path, "self", _ATTR))
-            method = getattr(owner, name, None)
-            if not isinstance(method, (types.MethodType, types.BuiltinMethodType)):
-                raise SnapshotDataError(f"{path}.name", f"{type(owner).__name__} has no method {name!r}")
-            return method
+        if tag in _BINDINGS:
+            raise SnapshotDataError(
+                path, f"a {tag} entry may only be the value of a variable the compiled code binds it to"
+            )
         raise SnapshotDataError(f"{path}.t", f"unknown tag {tag!r}")
 
     return extension
 
 
-def _build(pending: list) -> None:
-    """Make the generators of a decoded graph, once every value they hold exists."""
-    for shell, meta, state, label, values, free in pending:
-        make_generator(meta, state, label, values, free, into=shell)
+def decode_graph(
+    graph: Any, context: Any, allowed: frozenset[str] | None = None, limits: DecodeLimits = DEFAULT_LIMITS
+) -> dict[str, Any]:
+    """The roots of `encode_graph`'s graph; `context(entry, child, path)` restores each context
+    entry, and `allowed`, when given, narrows the modules the data may name."""
+    made: list[types.GeneratorType] = []
+    with _released_on_failure(made):
+        return decode(
+            graph, classes=_resolver(allowed), extension=_decode_extension(allowed, context, made), limits=limits
+        )
 
 
-def decode_graph(graph: Any, allowed: frozenset[str], context: Any) -> dict[str, Any]:
-    """The roots of `encode_graph`'s graph; only `allowed` modules may be named, and
-    `context(entry, child, path)` restores each context entry."""
-    pending: list = []
-    roots = decode(graph, allowed_modules=allowed, extension=_decode_extension(allowed, pending, context))
-    _build(pending)
-    return roots
+@contextmanager
+def _released_on_failure(made: list[types.GeneratorType]) -> Iterator[None]:
+    """Generators rebuilt before the rest of the data was refused are let go of, not closed: the
+    run was never continued here, so none of its cleanup may run here."""
+    try:
+        yield
+    except BaseException:
+        release(*made)
+        raise
 
 
-def default_allowed() -> frozenset[str]:
-    """The modules a snapshot may name by default: the compiled modules of this process and branchc's data."""
-    return _default_allowed()
+def _resolver(allowed: frozenset[str] | None) -> Any:
+    return lambda ref: resolve_class(ref, allowed)
 
 
 def resume(
-    data: Any, *, context: Any = None, allowed_modules: frozenset[str] | set[str] | None = None
-) -> ResumableGenerator:
+    data: Any,
+    *,
+    context: Any = None,
+    allowed_modules: frozenset[str] | set[str] | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
+) -> types.GeneratorType:
     """Continue a snapshot exactly where it was taken, in this process or another one.
 
-    Only compiled functions and value types from `allowed_modules` (by default: the compiled
-    modules loaded in this process) can be named by the data; nothing else is imported.
+    The data may name only compiled functions and the classes their builds record (modules
+    loaded here, or listed by a build's `branchc.json` in a folder on sys.path, which are then
+    imported from there), branchc's own value types and a few builtins; `allowed_modules`
+    narrows that to these modules. The Context handle is bound to `context`; `limits` bounds the
+    time and memory decoding may take (see codec.DecodeLimits).
     """
     if type(data) is not dict or data.keys() != _TOP_FIELDS or data["branchc"] != VERSION:
         raise SnapshotDataError("data", f'expected {{"branchc": {VERSION}, "graph": {{...}}}}')
-    allowed = frozenset(allowed_modules) | RUNTIME_MODULES if allowed_modules is not None else _default_allowed()
-    generator = _plain_resume(data["graph"], context, allowed)
+    allowed = frozenset(allowed_modules) if allowed_modules is not None else None
+    generator = _plain_resume(data["graph"], context, allowed, limits)
     if generator is not None:
         return generator
-    pending: list[tuple[ResumableGenerator, Any, str, int, dict, dict]] = []
-    extension = _decode_extension(allowed, pending, lambda entry, child, path: _single_context(entry, path, context))
+    made: list[types.GeneratorType] = []
+    extension = _decode_extension(allowed, lambda entry, child, path: _single_context(entry, path, context), made)
     graph = data["graph"]
-    roots = decode(graph, allowed_modules=allowed, extension=extension)
-    if set(roots) != {"gen"}:
-        raise SnapshotDataError("graph.roots", 'expected exactly the root "gen"')
-    _build(pending)
+    with _released_on_failure(made):
+        roots = decode(graph, classes=_resolver(allowed), extension=extension, limits=limits)
+        if set(roots) != {"gen"}:
+            raise SnapshotDataError("graph.roots", 'expected exactly the root "gen"')
     root = roots["gen"]
-    if not isinstance(root, ResumableGenerator):
+    if not is_compiled(root):
         raise SnapshotDataError("graph.roots.gen", "the root is not a compiled generator")
     return root

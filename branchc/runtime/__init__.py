@@ -34,6 +34,26 @@ from .messages import (
 )
 from .tool import Tool, resumable, tool
 
+
+def _register_data_types() -> None:
+    """The runtime's data (messages, results, run state) may travel in any snapshot."""
+    import dataclasses
+    from enum import Enum
+
+    from pydantic import BaseModel
+
+    from ..continuation.registry import register_value_types
+    from . import client, context, elicit, limits, machine, messages
+
+    def data(value: object) -> bool:
+        return isinstance(value, type) and (issubclass(value, (BaseModel, Enum)) or dataclasses.is_dataclass(value))
+
+    for module in (client, context, elicit, limits, machine, messages):
+        register_value_types(*(v for v in vars(module).values() if data(v) and v.__module__ == module.__name__))
+
+
+_register_data_types()
+
 __all__ = [
     "All",
     "AssistantToolCallMessage",

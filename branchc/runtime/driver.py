@@ -8,6 +8,7 @@ feeds each answer as it arrives, and enforces deadlines on the requests in fligh
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -163,6 +164,17 @@ class _Run:
                 with anyio.CancelScope(shield=True):
                     machine.halt()
                     await self._send_outbox(machine)
+                raise
+            except Exception as error:
+                # the run ends unfinished (the client could not take a log, say): halt it now, so its
+                # finally blocks run once, at their yields, not when the collector closes its generators
+                with anyio.CancelScope(shield=True):
+                    try:
+                        machine.halt()
+                    except Exception as halting:
+                        error.add_note(f"also, while halting the run: {type(halting).__name__}: {halting}")
+                    with contextlib.suppress(Exception):
+                        await self._send_outbox(machine)
                 raise
             finally:
                 for scope in asked.values():

@@ -9,7 +9,9 @@ notes go to an outbox, in order, for the driver to send.
 Two drivers step it. `run_tool` (driver.py) asks the client for every pending request at once
 and feeds each answer as it arrives. The 2026-07-28 bridge ends a round when everything waits,
 saves the machine as its `request_state`, and resumes it next round with the answers: no task,
-frame or coroutine has to outlive a round, so any process can serve the next one.
+frame or coroutine has to outlive a round, so any process can serve the next one. The live copy
+of a saved run is then `release()`d, never just dropped (which would close its generators and
+run the run's cleanup every round): finally blocks run once, where the run really ends.
 
 Errors the runtime produces for a branch (limits, bad answers) are thrown into its generator
 at its yield, as an `await` would raise them. When one slot of a group fails, its siblings are
@@ -29,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ..continuation.generator import suspended_at
+from ..continuation.generator import is_compiled, release, suspended_at
 from .client import ElicitAnswer, ElicitRequest, SampleRequest
 from .context import BranchState, Context, TokenAccount
 from .effects import All, Branch, Elicit, Log, Notify, Sample
@@ -113,6 +115,7 @@ class Machine:
         self.done = False
         self.ok = False
         self.result: Any = None  # the client phase's return value, or the exception that escaped it
+        self.released = False  # let go of by release(): its run goes on from a saved copy
 
     # -- saving between rounds -------------------------------------------------------------------
 
@@ -120,6 +123,7 @@ class Machine:
 
     def saved(self) -> dict[str, Any]:
         """What a round carries to the next (for the snapshot codec); only when every branch waits."""
+        self._check_live("saved")
         if self.ready or self.outbox:
             raise RuntimeError("a machine is saved only between steps: advance() it and take its outbox first")
         return {name: getattr(self, name) for name in self._SAVED}
@@ -131,9 +135,39 @@ class Machine:
             setattr(machine, name, saved[name])
         return machine
 
+    def release(self) -> None:
+        """Let go of this machine because its run goes on elsewhere, from a saved copy (`saved()`,
+        runstate.dump_run): each branch's generator is released (branchc.release), so no finally
+        block, except clause or context manager exit of the tool's code runs here. Dropping a
+        machine instead would close its generators (CPython closes a generator it frees), running
+        the run's cleanup once for every round, and failing in every finally that yields (a log).
+        The cleanup belongs to wherever the run really ends: there it completes, fails, or is
+        halted. Only a machine of compiled generators is ever saved, so only it can be released
+        (TypeError otherwise, and nothing is let go of). Afterwards the machine is empty and
+        cannot be stepped, answered or saved again; releasing it again does nothing."""
+        if self.released:
+            return
+        generators = [branch.generator for branch in self.branches.values()]
+        if native := [g for g in generators if not is_compiled(g)]:
+            raise TypeError(
+                f"{self.tool}: only a machine of compiled generators can be released (its run continues from a "
+                f"saved copy); {native[0]!r} is not compiled: halt() the run instead"
+            )
+        self.released = True
+        self.branches, self.groups, self.requests = {}, {}, {}
+        self.ready.clear()
+        self.outbox.clear()
+        self.cancelled.clear()
+        release(*generators)
+
+    def _check_live(self, what: str) -> None:
+        if self.released:
+            raise RuntimeError(f"{self.tool}: {what}() on a released machine; its run goes on from its saved copy")
+
     # -- starting and stepping ------------------------------------------------------------------
 
     def start(self, client_fn: Any, handoff: Any, name: str) -> None:
+        self._check_live("start")
         limits = self.limits
         root = BranchState(
             id="0",
@@ -162,6 +196,7 @@ class Machine:
 
     def advance(self) -> None:
         """Step every branch that can move, until each one waits (or the run is over)."""
+        self._check_live("advance")
         while self.ready:
             ident, ok, value = self.ready.popleft()
             if ident in self.branches:  # a branch halted meanwhile has nothing left to receive
@@ -476,17 +511,36 @@ class Machine:
             self.cancelled.append(wait)
         elif wait in self.groups:
             group = self.groups.pop(wait)
-            for inner in group.waiting.values():
-                self._drop(inner)
+            failure: Exception | None = None
+            for inner in group.waiting.values():  # every slot, even after one fails to let go
+                try:
+                    self._drop(inner)
+                except Exception as error:
+                    if failure is None:
+                        failure = error
+                    else:
+                        failure.add_note(f"also, while halting: {type(error).__name__}: {error}")
+            if failure is not None:
+                raise failure
         elif wait in self.branches:
             self._halt_branch(wait)
 
     def _halt_branch(self, ident: str) -> None:
         """GeneratorExit at the branch's yield, innermost branches first; its finally blocks may
-        still log and notify, and any other effect is an error, as for CPython's close()."""
+        still log and notify, and any other effect is an error, as for CPython's close(). A branch
+        is halted even when halting what it waits on fails (that error is raised afterwards), so
+        every finally block of the run runs here, once, and none is left to the collector."""
         branch = self.branches[ident]
         if branch.wait is not None:
-            self._drop(branch.wait)
+            try:
+                self._drop(branch.wait)
+            except Exception as error:
+                branch.wait = None
+                try:
+                    self._halt_branch(ident)
+                except Exception as also:
+                    error.add_note(f"also, while halting: {type(also).__name__}: {also}")
+                raise
         self.emit("halt", branch.state)
         generator = branch.generator
         ok, value = False, GeneratorExit()

@@ -16,25 +16,15 @@ import json
 from typing import Any
 
 from ..continuation.errors import SnapshotDataError, SnapshotError
-from ..continuation.snapshots import decode_graph, default_allowed, encode_graph
+from ..continuation.generator import release_reachable
+from ..continuation.snapshots import decode_graph, encode_graph
 from .context import BranchState, Context
 from .errors import BranchcError
 from .machine import Machine
 
-__all__ = ["RUN_MODULES", "RunStateError", "dump_run", "load_run"]
+__all__ = ["RunStateError", "dump_run", "load_run"]
 
 VERSION = 1
-#: branchc's types a saved run holds besides the tools' own: the machine and what it keeps.
-RUN_MODULES = frozenset(
-    {
-        "branchc.runtime.machine",
-        "branchc.runtime.context",
-        "branchc.runtime.client",
-        "branchc.runtime.limits",
-        "branchc.runtime.messages",
-        "branchc.runtime.elicit",
-    }
-)
 
 
 class RunStateError(BranchcError, ValueError):
@@ -71,10 +61,11 @@ def load_run(text: str) -> tuple[Any, Machine]:
     if type(data) is not dict or data.keys() != {"branchc_run", "graph"} or data["branchc_run"] != VERSION:
         raise RunStateError(f'the saved run is not {{"branchc_run": {VERSION}, "graph": ...}}')
     try:
-        roots = decode_graph(data["graph"], default_allowed() | RUN_MODULES, _decode_context)
+        roots = decode_graph(data["graph"], _decode_context)
     except (SnapshotDataError, SnapshotError) as error:
         raise RunStateError(f"the saved run cannot be continued here: {error}") from None
     saved = roots.get("machine")
     if roots.keys() != {"handoff", "machine"} or type(saved) is not dict or saved.keys() != set(Machine._SAVED):
+        release_reachable(roots)  # refused: what was rebuilt is let go of, running none of its cleanup
         raise RunStateError("the saved run holds no run machine")
     return roots["handoff"], Machine.restored(saved)

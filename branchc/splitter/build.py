@@ -173,6 +173,7 @@ def build(
                 "source": str(source.path),
                 "hash": digests[source],
                 "functions": [f.manifest() for f in compiled.functions],
+                "classes": compiled.classes,
                 "tools": [],
             }
             result.compiled.append(source.module)

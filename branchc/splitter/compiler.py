@@ -1,9 +1,11 @@
 """The splitter's driver: find the functions to compile in a module and rewrite each one.
 
-A compiled function keeps its name, signature and decorators; its body becomes a
-nested generator `_bc_body` (normalised, then split at every yield), and calling it
-returns a `ResumableGenerator` around that body. The rest of the module is kept as
-written.
+A compiled function keeps its name, signature and decorators; its body is normalised,
+then split at every yield, behind a prologue that re-enters it when a resume asks. Calling
+it returns a plain generator. Only a function with cells (variables a nested function
+captures, or names of an enclosing function) gets its body as a nested generator function
+`_bc_body`, so that a resume can give it those very cells. The rest of the module is kept
+as written.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ..continuation.relocate import gc_paused, relocated_code
+from ..continuation.relocate import RECURSION_LIMIT, deeply, gc_paused, relocated_code
+from .bindings import callable_bindings
 from .cst import PREFIX, block, contains_yield, generate, index_function, reset_counts, simple, walk
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
@@ -28,9 +31,9 @@ from .states import StateGraph, effect_of, state_graph
 
 __all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
 
-COMPILER_VERSION = "3"
+COMPILER_VERSION = "4"
 _BRANCHC_MODULES = {"branchc", "branchc.runtime", "branchc.runtime.tool"}
-_INTERNAL = {"_bc_T", "_bc_R", "_bc_L", "_bc_label", "_bc_x"}
+_INTERNAL = {"_bc_T", "_bc_R", "_bc_L", "_bc_C", "_bc_label", "_bc_x"}
 
 
 @dataclass
@@ -43,6 +46,8 @@ class CompiledFunction:
     sites: list[dict] = field(default_factory=list)
     restorable: list[str] = field(default_factory=list)
     live: dict[int, list[str]] = field(default_factory=dict)
+    binds: dict[str, list[list[str]]] = field(default_factory=dict)  # see bindings.py
+    notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     graph: StateGraph | None = None
 
     def manifest(self) -> dict:
@@ -81,7 +86,8 @@ class CompiledModule:
     code: str
     functions: list[CompiledFunction]
     diagnostics: list[Diagnostic]
-    line_map: dict[int, tuple[int, int]]  # generated line -> (source line, column shift)
+    line_map: dict[int, tuple[int, int | None]]  # generated line -> (source line, column shift or unknown)
+    classes: list[str] = field(default_factory=list)  # qualnames of the classes a snapshot may name
 
     def code_object(self, filename: str | None = None) -> types.CodeType:
         """The module compiled with the source's file name, lines and columns, for tracebacks."""
@@ -103,7 +109,7 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     """
     # Syntax trees hold no cycles, so the cyclic collector only costs time here (about 15%).
     with gc_paused():
-        return _compile_module(source, path)
+        return deeply(_compile_module, source, path)
 
 
 def _compile_module(source: str, path: str) -> CompiledModule:
@@ -118,16 +124,18 @@ def _compile_module(source: str, path: str) -> CompiledModule:
         message = f"syntax error: {error.message}"
         raise CompileError([Diagnostic(path, error.editor_line, error.editor_column, "error", message)]) from None
     reset_counts()
+    classes = _module_classes(tree)
     finder = _Targets()
     walk(module, finder)
     if not finder.resumable and not finder.tool and not finder.modules:
-        return CompiledModule(path, source, [], [], {})
+        return CompiledModule(path, source, [], [], {}, classes)
     if not finder.outermost:
-        return CompiledModule(path, source, [], [], {})
+        return CompiledModule(path, source, [], [], {}, classes)
     positions = Positions(tree, source, finder.functions, [node for node, _ in finder.outermost])
     for node, _ in finder.outermost:  # one walk per function: yield counts, and nodes for positions
         positions.indexed[node] = index_function(node, KINDS_NEEDED)
     reporter = Reporter(path, positions)
+    _reserved_names(tree, reporter)
     local_names = _original_locals(source, path)
     functions: list[CompiledFunction] = []
     replacements: list[tuple[int, int, list[str], list[int]]] = []  # first line, last line, new text, old lines
@@ -135,10 +143,19 @@ def _compile_module(source: str, path: str) -> CompiledModule:
     for node, scopes in finder.outermost:
         splitter = _Splitter(finder, reporter, module, local_names, scopes, lines)
         kinds = [k for k in map(finder.kind, node.decorators) if k]
-        if kinds and node not in finder.has_nested:  # the common case: no transform pass over the function
-            compiled = splitter.compile_function(node, node, kinds[0])
-        else:
-            compiled = node.visit(splitter)
+        try:
+            if kinds and node not in finder.has_nested:  # the common case: no transform pass over the function
+                compiled = splitter.compile_function(node, node, kinds[0])
+            else:
+                compiled = node.visit(splitter)
+        except RecursionError:
+            reporter.error(
+                node,
+                f"{node.name.value} nests expressions or blocks too deeply for the compiler "
+                f"(more than {RECURSION_LIMIT} levels of recursion)",
+                "split the deepest expression or block into smaller statements or functions",
+            )
+            continue
         functions += splitter.functions
         if not splitter.functions or reporter.errors:
             continue
@@ -156,9 +173,80 @@ def _compile_module(source: str, path: str) -> CompiledModule:
     if reporter.errors:
         raise CompileError(reporter.diagnostics)
     if not functions:
-        return CompiledModule(path, source, [], reporter.diagnostics, {})
-    code, line_map = _splice(lines, replacements, _header_line(tree), _header(functions))
-    return CompiledModule(path, code, functions, reporter.diagnostics, line_map)
+        return CompiledModule(path, source, [], reporter.diagnostics, {}, classes)
+    code, line_map = _splice(lines, replacements, _header_line(tree), _header(functions, classes))
+    _check_generated(code, line_map, path)
+    return CompiledModule(path, code, functions, reporter.diagnostics, line_map, classes)
+
+
+def _check_generated(code: str, line_map: dict[int, tuple[int, int]], path: str) -> None:
+    """Compile the generated module as the import will, so that `check` reports what `compile`
+    would meet: CPython's own limits on the compiled form, placed on the source line."""
+    try:
+        compile(code, path, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        generated = error.lineno or 1
+        following = [line for line in sorted(line_map) if line >= generated]
+        line = line_map[following[0]][0] if following else 1
+        message = f"the compiled form does not compile: {error.msg}"
+        hint = "this is a bug in branchc's compiler; please report it with this function"
+        if "statically nested blocks" in error.msg:
+            message = "too many statically nested blocks in the compiled form: CPython allows 20 in a function"
+            hint = (
+                "a yield uses one block of its own, and a try whose finally yields or a with that spans a yield "
+                "uses two: move the innermost part into a @resumable function and `yield from` it"
+            )
+        raise CompileError([Diagnostic(path, line, 1, "error", message, hint)]) from None
+    except (RecursionError, MemoryError):
+        message = "the compiled form nests too deeply for CPython's compiler"
+        hint = "split the deepest expression into smaller statements"
+        raise CompileError([Diagnostic(path, 1, 1, "error", message, hint)]) from None
+
+
+def _reserved_names(tree: ast.Module, reporter: Reporter) -> None:
+    """Names that start with `_bc_` are the compiler's (its variables, `_bc_rt`, `_bc_META`): a module
+    that compiles may not use them, so that they cannot collide."""
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.alias):
+            names = [(node.asname or node.name).split(".")[0]]
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names = node.names
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names = [node.name]
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names = [node.name]
+        for found in names:
+            if found.startswith(PREFIX):
+                reporter.diagnostics.append(
+                    Diagnostic(
+                        reporter.path,
+                        node.lineno,
+                        node.col_offset + 1,
+                        "error",
+                        f"{found!r}: names that start with {PREFIX!r} are reserved for branchc's compiled code",
+                        "rename it",
+                    )
+                )
+
+
+def _module_classes(tree: ast.Module) -> list[str]:
+    """Classes defined at module level, and in their bodies: what a snapshot can name a class by."""
+    found: list[str] = []
+    stack = [(statement, "") for statement in reversed(tree.body)]
+    while stack:
+        statement, prefix = stack.pop()
+        if isinstance(statement, ast.ClassDef):
+            qualname = prefix + statement.name
+            found.append(qualname)
+            stack += [(inner, qualname + ".") for inner in reversed(statement.body)]
+    return found
 
 
 def _header_line(tree: ast.Module) -> int:
@@ -181,8 +269,8 @@ def _header_line(tree: ast.Module) -> int:
 _RUNTIME_IMPORT = "import branchc.continuation.generator as _bc_rt"
 
 
-def _header(functions: list[CompiledFunction]) -> list[str]:
-    return [_RUNTIME_IMPORT, f"_bc_META = {_meta_table(functions)!r}"]
+def _header(functions: list[CompiledFunction], classes: list[str]) -> list[str]:
+    return [_RUNTIME_IMPORT, f"_bc_META = {_meta_table(functions, classes)!r}"]
 
 
 def _splice(
@@ -210,6 +298,9 @@ def _splice(
     return "\n".join(out) + "\n", mapping
 
 
+_LINE_MARK = re.compile(r"  # line (\d+)$")
+
+
 def _match_lines(lines: list[str], old: list[int], text: list[str], offset: int, mapping) -> None:
     """Map generated lines of a compiled function to the source lines they came from, by their text."""
     where: dict[str, list[int]] = {}
@@ -219,6 +310,10 @@ def _match_lines(lines: list[str], old: list[int], text: list[str], offset: int,
             where.setdefault(stripped, []).append(number)
     previous = old[0] if old else 0
     for index, line in enumerate(text, start=1):
+        marked = _LINE_MARK.search(line)
+        if marked:  # a statement the compiler rewrote, marked with the source line it stands for
+            mapping[offset + index] = (int(marked.group(1)), None)  # its columns are not the source's
+            continue
         candidates = where.get(line.strip())
         if not candidates:
             continue
@@ -229,13 +324,17 @@ def _match_lines(lines: list[str], old: list[int], text: list[str], offset: int,
         mapping[offset + index] = (source, delta)
 
 
-def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[str]]]:
-    """qualname -> (local names, locals captured by nested scopes) of every function, from CPython's
-    own symbol table."""
-    out: dict[str, tuple[set[str], set[str]]] = {}
+def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[str], set[str]]]:
+    """qualname -> (local names, locals captured by nested scopes, free names) of every function,
+    from CPython's own symbol table."""
+    out: dict[str, tuple[set[str], set[str], set[str]]] = {}
 
     def frees(scope: symtable.SymbolTable) -> set[str]:
-        found = set(scope.get_frees()) if scope.get_type() == "function" else set()
+        """Names that a nested def or lambda closes over. A comprehension's own reads (and its walrus
+        targets) do not count: a comprehension is over before the next yield, so the body keeps those
+        variables in cells of its own, and reading one unbound is CPython's UnboundLocalError."""
+        comprehension = ".0" in scope.get_identifiers()
+        found = set(scope.get_frees()) if scope.get_type() == "function" and not comprehension else set()
         for child in scope.get_children():
             found |= frees(child)
         return found
@@ -246,9 +345,10 @@ def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[st
                 qualname = f"{prefix}{child.get_name()}"
                 names = set(child.get_locals())
                 captured = names & set().union(*(frees(c) for c in child.get_children()))
-                known, known_captured = out.setdefault(qualname, (set(), set()))
+                known, known_captured, known_free = out.setdefault(qualname, (set(), set(), set()))
                 known |= names
                 known_captured |= captured
+                known_free |= set(child.get_frees())
                 walk(child, f"{qualname}.<locals>.")
             elif child.get_type() == "class":
                 walk(child, f"{prefix}{child.get_name()}.")
@@ -257,17 +357,22 @@ def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[st
     return out
 
 
-def _meta_table(functions: list[CompiledFunction]) -> dict:
-    """What the compiled module embeds for the runtime (branchc.continuation.generator.compiled)."""
+def _meta_table(functions: list[CompiledFunction], classes: list[str]) -> dict:
+    """What the compiled module embeds for the runtime (branchc.continuation.registry.compiled)."""
     return {
-        f.qualname: {
-            "kind": f.kind,
-            "hash": f.hash,
-            "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
-            "locals": f.restorable,
-            "live": f.live,
-        }
-        for f in functions
+        "functions": {
+            f.qualname: {
+                "kind": f.kind,
+                "hash": f.hash,
+                "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
+                "locals": f.restorable,
+                "live": f.live,
+                "binds": f.binds,
+                "notes": f.notes,
+            }
+            for f in functions
+        },
+        "classes": classes,
     }
 
 
@@ -280,6 +385,7 @@ class _Targets(cst.CSTVisitor):
         self.modules: set[str] = set()  # names bound to the branchc package
         self.tools: set[str] = set()
         self.native_generators: set[str] = set()  # module-level generator functions left uncompiled
+        self.context_managers: set[str] = set()  # module-level @contextmanager functions
         self.module_defs: dict[str, cst.FunctionDef] = {}
         self.has_nested: set[cst.FunctionDef] = set()  # defs with defs inside
         self.functions: list[cst.FunctionDef] = []  # every def, in document order
@@ -289,6 +395,12 @@ class _Targets(cst.CSTVisitor):
 
     def visit_Module(self, node: cst.Module) -> None:
         self.module_defs = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
+        for name, definition in self.module_defs.items():
+            for decorator in definition.decorators:
+                found = decorator.decorator
+                last = found.attr.value if isinstance(found, cst.Attribute) else getattr(found, "value", None)
+                if last == "contextmanager":
+                    self.context_managers.add(name)
 
     def is_native_generator(self, name: str) -> bool:
         """A module-level generator function that is not compiled (asked only when it matters)."""
@@ -468,9 +580,19 @@ class _Splitter(cst.CSTTransformer):
 
     def warn_untravelable(self, lowered: list[cst.BaseStatement], compiled: CompiledFunction) -> None:
         """Report, at compile time, values that are live across a yield and can never travel."""
-        finder = _Handles(self.targets.is_native_generator)
+        finder = _Handles(self.targets.is_native_generator, self.targets.context_managers)
         for statement in lowered:
             walk(statement, finder)
+        for node, what, hint in finder.withs:
+            first = self.reporter.where(self.origin.get(node.body, node.body))
+            inside = next((site for site in compiled.sites if _within(self.reporter.span(node), site["span"])), None)
+            line = inside["line"] if inside else first[0]
+            self.reporter.warning(
+                self.origin.get(node, node),
+                f"the context manager of this `with` is {what}, and the yield at line {line} is inside it; "
+                f"a snapshot there cannot carry it",
+                hint,
+            )
         for node, target, what, hint in finder.found:
             labels = [site for site in compiled.sites if target in compiled.live.get(site["label"], ())]
             if labels:
@@ -526,14 +648,16 @@ class _Splitter(cst.CSTTransformer):
             declarations, statements = _hoist_declarations(statements)
 
         normalizer = Normalizer()
-        normalizer.origin.update({new: old for new, old in self.origin.items() if isinstance(new, cst.Yield)})
+        normalizer.origin.update(
+            {new: old for new, old in self.origin.items() if isinstance(new, (cst.Yield, cst.For))}
+        )
         normalized = normalizer.body(statements)
         for bad, message, hint in normalizer.unsupported:
             where = self.origin.get(bad, bad)
             reporter.error(where if where in reporter.positions else original, message, hint)
         if normalizer.unsupported:
             return node
-        lowerer = Lowerer(normalizer.origin)
+        lowerer = Lowerer(normalizer.origin, lambda written: reporter.where(written)[0])
         lowered = lowerer.block(normalized)
 
         line, _ = reporter.where(original)
@@ -549,7 +673,8 @@ class _Splitter(cst.CSTTransformer):
 
         params = _flat_params(node.params)
         hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names
-        local_names, captured_names = self.locals.get(qualname, (set(), set()))
+        hidden |= {f"_bc_{kind}{n}" for n in range(1, len(normalizer.withs) + 1) for kind in ("wm", "wx", "wf")}
+        local_names, captured_names, free_names = self.locals.get(qualname, (set(), set(), set()))
         # Variables a nested function captures live in cells of the public function: the body
         # declares them nonlocal, so a snapshot carries the cells themselves and a resume hands
         # them back as the body's closure, shared with every function that captured them.
@@ -557,6 +682,12 @@ class _Splitter(cst.CSTTransformer):
         body_args = [p for p in params if p not in captured_names]
         restorable = sorted((local_names | set(params) | hidden) - _INTERNAL - captured_names)
         compiled.restorable = restorable
+        exits = [f"_bc_wx{n}" for n in range(1, len(normalizer.withs) + 1)]
+        compiled.binds = callable_bindings(lowered, set(restorable), exits)
+        for n, with_node in enumerate(normalizer.withs, start=1):
+            with_line = reporter.where(self.origin.get(with_node, with_node))[0]
+            what = f"the context manager of the `with` at line {with_line}"
+            compiled.notes |= {f"_bc_wm{n}": what, f"_bc_wx{n}": f"the __exit__ of {what}"}
         live, captured = live_variables(lowered, lowerer.yield_nodes)
         keep = set(restorable)
         if params and (text is None or "super" in text):
@@ -573,36 +704,38 @@ class _Splitter(cst.CSTTransformer):
         if (
             called is None
             or called & _HANDLES.keys()
+            or called & self.targets.context_managers
             or any(map(self.targets.is_native_generator, called & self.targets.module_defs.keys()))
         ):
             self.warn_untravelable(statements, compiled)
 
         placeholder = f"_bc_prologue_{len(self.prologues)}"
+        prologue = simple(cst.Expr(cst.Name(placeholder)))
+        key = cst.SimpleString(repr(qualname))
+        mark = cst.Call(_runtime("compiled"), [cst.Arg(cst.Name("_bc_META")), cst.Arg(key)])
+        decorators = [*node.decorators, cst.Decorator(decorator=mark)]
+        if not captured_names and not free_names:
+            # The common shape: the function itself is the generator function, re-entered by its prologue.
+            self.prologues[placeholder] = _prologue(restorable, params)
+            return node.with_changes(body=block([*docstring, *declarations, prologue, *lowered]), decorators=decorators)
+        # With cells (variables a nested function captures, or free names of an enclosing scope) the
+        # body is a generator nested in the function: a resume can then hand it the very cells.
         self.prologues[placeholder] = _prologue(restorable, body_args)
-        body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_R"]])
+        body_params = cst.Parameters(params=[cst.Param(cst.Name(p)) for p in [*body_args, "_bc_C"]])
         if captured_names:
             declarations = [cst.parse_statement(f"nonlocal {', '.join(sorted(captured_names))}\n"), *declarations]
         body_def = cst.FunctionDef(
-            name=cst.Name(f"{PREFIX}body"),
-            params=body_params,
-            body=block([*declarations, simple(cst.Expr(cst.Name(placeholder))), *lowered]),
+            name=cst.Name(f"{PREFIX}body"), params=body_params, body=block([*declarations, prologue, *lowered])
         )
         unbound = sorted(captured_names - set(params))
         if unbound:  # bound nowhere in the public function yet: make them its (empty) cells
             nones = ", ".join(["None"] * len(unbound))
             docstring = [*docstring, cst.parse_statement(f"if False: {', '.join(unbound)} = {nones}\n")]
-        # return _bc_rt.ResumableGenerator(_bc_body(<args>, None), _bc_body), and @_bc_rt.compiled(_bc_META, qualname)
+        # return _bc_body(<args>, _bc_body.__closure__): the body's generator, which keeps its cells
         body_name = cst.Name(f"{PREFIX}body")
-        call = cst.Call(body_name, [*(cst.Arg(cst.Name(a)) for a in body_args), cst.Arg(cst.Name("None"))])
-        wrap = cst.Call(_runtime("ResumableGenerator"), [cst.Arg(call), cst.Arg(body_name)])
-        returned = simple(cst.Return(wrap))
-        key = cst.SimpleString(repr(qualname))
-        mark = cst.Call(_runtime("compiled"), [cst.Arg(cst.Name("_bc_META")), cst.Arg(key)])
-        decorator = cst.Decorator(decorator=mark)
-        return node.with_changes(
-            body=block([*docstring, body_def, returned]),
-            decorators=[*node.decorators, decorator],
-        )
+        cells = cst.Attribute(body_name, cst.Name("__closure__"))
+        call = cst.Call(body_name, [*(cst.Arg(cst.Name(a)) for a in body_args), cst.Arg(cells)])
+        return node.with_changes(body=block([*docstring, body_def, simple(cst.Return(call))]), decorators=decorators)
 
 
 def _runtime(attribute: str) -> cst.Attribute:
@@ -622,14 +755,37 @@ _HANDLES = {
 
 
 class _Handles(cst.CSTVisitor):
-    """`x = open(...)`-like assignments: values that can never travel in a snapshot."""
+    """`x = open(...)`-like assignments, and `with open(...):` blocks that yield: values that can
+    never travel in a snapshot."""
 
-    def __init__(self, is_native_generator) -> None:
+    def __init__(self, is_native_generator, context_managers: set[str]) -> None:
         self.found: list[tuple[cst.Assign, str, str, str]] = []
+        self.withs: list[tuple[cst.With, str, str]] = []
         self.is_native_generator = is_native_generator
+        self.context_managers = context_managers
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
+
+    def visit_With(self, node: cst.With) -> None:
+        if not contains_yield(list(node.body.body)):
+            return
+        for item in node.items:
+            value = item.item
+            if not isinstance(value, cst.Call):
+                continue
+            func = value.func
+            callee = (
+                func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+            )
+            if callee in _HANDLES:
+                self.withs.append((node, *_HANDLES[callee]))
+            elif callee in self.context_managers:
+                hint = (
+                    f"{callee} is a @contextmanager generator, which cannot travel; write it as a class with "
+                    f"__enter__ and __exit__ in a module of the build, or end the with block before the yield"
+                )
+                self.withs.append((node, f"made by {callee}(), a @contextmanager", hint))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
@@ -649,17 +805,28 @@ class _Handles(cst.CSTVisitor):
             self.found.append((node, target, f"a native generator ({callee}(...))", hint))
 
 
+def _within(outer: list[int], inner: list[int]) -> bool:
+    """Whether span `inner` lies inside span `outer` ([line, column, end line, end column])."""
+    return tuple(outer[:2]) <= tuple(inner[:2]) and tuple(inner[2:]) <= tuple(outer[2:])
+
+
 def _prologue(restorable: list[str], params: list[str]) -> list[str]:
     """Resuming: take the label to reach and restore each saved variable (unsaved ones stay unbound;
-    a parameter that was not saved is unbound again, as it was when the snapshot was taken).
+    a parameter that was not saved is unbound again, as it was when the snapshot was taken). A fresh
+    run finds no resume record waiting for this code, and goes on at the first statement.
     Emitted as text: it is long and regular, and as nodes it cost more than the rest of the function."""
-    lines = ["_bc_T = 0", "if _bc_R is not None:", "    _bc_T, _bc_L = _bc_R.label, _bc_R.values"]
+    lines = [
+        "_bc_T = 0",
+        "_bc_R = _bc_rt.resuming()",
+        "if _bc_R is not None:",
+        "    _bc_T, _bc_L = _bc_R.label, _bc_R.values",
+    ]
     for n in restorable:
         if n in params:
             lines += [f"    if {n!r} in _bc_L:", f"        {n} = _bc_L[{n!r}]", "    else:", f"        del {n}"]
         else:
             lines.append(f"    if {n!r} in _bc_L: {n} = _bc_L[{n!r}]")
-    lines.append("    _bc_L = None")
+    lines.append("    _bc_L = _bc_R = None")
     return lines
 
 

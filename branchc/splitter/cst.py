@@ -19,6 +19,7 @@ __all__ = [
     "expr",
     "if_stmt",
     "name",
+    "paren",
     "reset_counts",
     "simple",
     "stmt",
@@ -92,11 +93,24 @@ _TEMPLATES: dict[str, _Template] = {}
 _HOLE = re.compile(r"\{(\w+)\}")
 
 
+def paren(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` in parentheses unless it is atomic or has them already."""
+    if isinstance(node, (cst.Name, cst.Integer, cst.SimpleString, cst.Attribute, cst.Call, cst.Subscript)):
+        return node
+    if getattr(node, "lpar", None):
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
 def expr(template: str, **parts: cst.CSTNode) -> cst.BaseExpression:
-    """An expression from a template with `{name}` holes; each template is parsed once."""
+    """An expression from a template with `{name}` holes; each template is parsed once. A part that is
+    not atomic goes in parentheses, so that `not {t}` with `a or b` stays `not (a or b)`."""
     parsed = _TEMPLATES.get(template)
     if parsed is None:
         parsed = _TEMPLATES[template] = _Template(cst.parse_expression(_HOLE.sub(r"__hole_\1", template)))
+    for key, part in parts.items():
+        if isinstance(part, cst.BaseExpression) and not isinstance(part, cst.Yield):
+            parts[key] = paren(part)
     return parsed.fill(parts)  # type: ignore[return-value]
 
 

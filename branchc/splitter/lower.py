@@ -10,6 +10,10 @@ The body stays a native generator, so CPython keeps its own exception rules,
   them, and the target yield itself resets `_bc_T` to 0 and suspends: the frame is
   then exactly where the snapshot was taken.
 - `for` loops keep their iterator in a variable, so it travels and is not re-made.
+- Letting go of a generator whose run goes on elsewhere (`_bc_rt.release`) closes it while
+  its thread is releasing: the yield's own GeneratorExit handler then sets `_bc_T = -1`,
+  which no label matches, so the exception leaves the frame with every guard, `except`
+  clause and `finally` body of the user's code skipped: nothing of the program runs.
 - An `except` handler that contains a yield is re-entered by raising its exception
   (kept in `_bc_excN`) inside the try; a `finally` that contains a yield records its
   pending completion (an exception, or 'return' / 'break' / 'continue') in
@@ -20,11 +24,12 @@ In normal running `_bc_T` is 0, so each guard costs one test.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .cst import assign, block, expr, if_stmt, name, simple, stmt, yield_count
+from .cst import assign, block, expr, if_stmt, name, paren, simple, stmt, yield_count
 
 __all__ = ["Lowerer", "YieldSite", "count_yields"]
 
@@ -35,14 +40,6 @@ def count_yields(node: cst.CSTNode | list) -> int:
     if isinstance(node, list):
         return sum(map(yield_count, node))
     return yield_count(node)
-
-
-def paren(node: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(node, (cst.Name, cst.Integer, cst.SimpleString, cst.Attribute, cst.Call, cst.Subscript)):
-        return node
-    if getattr(node, "lpar", None):
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _int(value: int) -> cst.Integer:
@@ -77,8 +74,9 @@ class _Frame:
 
 
 class Lowerer:
-    def __init__(self, origin: dict[cst.CSTNode, cst.CSTNode]) -> None:
-        self.origin = origin  # normalised yield -> yield in the source
+    def __init__(self, origin: dict[cst.CSTNode, cst.CSTNode], line_of: Callable[[cst.CSTNode], int]) -> None:
+        self.origin = origin  # normalised yield or for -> the node in the source
+        self.line_of = line_of  # a source node -> its line (0: unknown)
         self.label = 0
         self.ids = 0
         self.sites: list[YieldSite] = []
@@ -147,7 +145,7 @@ class Lowerer:
             sub = f"_bc_yf{k}"
             self.names.add(sub)
             out.append(if_stmt(expr(f"not {T}"), [assign(sub, expr("_bc_rt.yf_iter({e})", e=node.value.item))]))
-            delegate = expr(f"_bc_rt.yf_native({sub}) if not {T} else _bc_rt.rejoin({sub}, ({T} := 0))")
+            delegate = expr(f"{sub} if not {T} else _bc_rt.rejoin({sub}, ({T} := 0))")
             new = node.with_changes(value=node.value.with_changes(item=delegate))
         else:
             value = node.value if node.value is not None else name("None")
@@ -155,7 +153,12 @@ class Lowerer:
         statement = small.with_changes(value=new)
         target = small.targets[0].target.value if isinstance(small, cst.Assign) else None
         self.yield_nodes[statement] = (k, target)
-        suspend = [assign("_bc_label", _int(k)), line.with_changes(body=[statement])]
+        # try blocks cost nothing in CPython 3.11 until something is raised
+        released = cst.ExceptHandler(
+            type=expr("_bc_rt.GeneratorExit"), body=block([assign(T, expr("_bc_rt.on_exit()")), simple(cst.Raise())])
+        )
+        guarded = cst.Try(body=block([self.marked(line.with_changes(body=[statement]), node)]), handlers=[released])
+        suspend = [assign("_bc_label", _int(k)), guarded]
         out.append(if_stmt(expr(f"not {T} or {T} == {k}"), suspend))
         if delegates:
             out.append(assign(f"_bc_yf{k}", name("None")))
@@ -222,7 +225,9 @@ class Lowerer:
             source = expr(f"{{e}} if not {T} else ()", e=paren(node.iter))
             loop = node.with_changes(iter=source, body=block(new_body), orelse=orelse)
             return self.guard(lo, hi, [loop], node)
-        setup = if_stmt(expr(f"not {T}"), [assign(iterator, expr("_bc_rt.iter({e})", e=node.iter))])
+        setup = if_stmt(
+            expr(f"not {T}"), [self.marked(assign(iterator, expr("_bc_rt.iter({e})", e=paren(node.iter))), node)]
+        )
         release = cst.Finally(body=block([assign(iterator, name("None"))]))  # as CPython drops it on exit
         # resuming into the body: one dummy step re-enters it; into `else`: the loop had ended
         source = expr(
@@ -244,11 +249,12 @@ class Lowerer:
             self.stack.append(frame)
 
         # The body and else run (skipped) while resuming into a later clause: guard them even without labels.
+        body_labels = count_yields(list(node.body.body)) > 0
         body = self.skippable(list(node.body.body))
         h_lo = self.label + 1
         handlers = [self.handler(h, exc, ctx, ident) for h in node.handlers]
         h_hi = self.label
-        if h_hi >= h_lo:
+        if h_hi >= h_lo or body_labels:
             handlers = self.resume_matching(node.handlers, handlers, h_lo)
         orelse = cst.Else(body=block(self.skippable(list(node.orelse.body.body)))) if node.orelse else None
         if fin_labels:
@@ -277,7 +283,9 @@ class Lowerer:
         inner_body += body
 
         if not fin_labels:
-            finalbody = node.finalbody.with_changes(body=block(new_final)) if node.finalbody else None
+            # a plain finally runs only in normal running: not while a released frame unwinds
+            guarded_final = [if_stmt(expr(f"not {T}"), new_final)] if new_final else new_final
+            finalbody = node.finalbody.with_changes(body=block(guarded_final)) if node.finalbody else None
             new = node.with_changes(body=block(inner_body), handlers=handlers, orelse=orelse, finalbody=finalbody)
             return self.guard(lo, hi, [new], node)
 
@@ -336,26 +344,31 @@ class Lowerer:
             saved = f"_bc_hv{ident}_{variable}"
             resumed.append(stmt(_RESTORE_NAME, saved=name(saved), held=name(variable)))
             new = handler
-        else:
-            new = handler.with_changes(name=cst.AsName(name=name(exc)))
+        else:  # a bare `except:` is `except BaseException:`, which can bind a name
+            caught = handler.type if handler.type is not None else expr("_bc_rt.BaseException")
+            new = handler.with_changes(
+                type=caught, name=cst.AsName(name=name(exc)), whitespace_after_except=cst.SimpleWhitespace(" ")
+            )
         prefix.append(if_stmt(name(T), resumed))
         return new.with_changes(body=block([*prefix, *self.block(statements)]))
 
     def resume_matching(self, original, handlers, first_label: int) -> list[cst.ExceptHandler]:
-        """While resuming, the re-raised exception must reach the handler that holds the label,
-        without evaluating the `except` expressions again (they may have side effects)."""
+        """While `_bc_T` is set, no `except` expression is evaluated (they may have side effects):
+        resuming, the re-raised exception reaches the handler that holds the label; a released
+        frame (`_bc_T` is -1) matches no handler at all."""
         out = []
         label = first_label
         for source, handler in zip(original, handlers, strict=True):
             count = count_yields(list(source.body.body))
-            if handler.type is not None:
-                if count:
-                    chosen = expr("_bc_rt.BaseException if {rng} else ()", rng=in_range(label, label + count - 1))
-                else:
-                    chosen = expr("()")
-                handler = handler.with_changes(
-                    type=expr(f"{{e}} if not {T} else ({{c}})", e=paren(handler.type), c=chosen)
-                )
+            if count:
+                chosen = expr("_bc_rt.BaseException if {rng} else ()", rng=in_range(label, label + count - 1))
+            else:
+                chosen = expr("()")
+            caught = paren(handler.type) if handler.type is not None else expr("_bc_rt.BaseException")
+            handler = handler.with_changes(
+                type=expr(f"{{e}} if not {T} else ({{c}})", e=caught, c=chosen),
+                whitespace_after_except=cst.SimpleWhitespace(" "),
+            )
             label += count
             out.append(handler)
         return out
@@ -414,6 +427,15 @@ class Lowerer:
             out.append(assign(f"_bc_pend{frame.ident}", cst.SimpleString(f"'{kind}'")))
         out.append(simple(final))
         return out
+
+    def marked(self, line: cst.SimpleStatementLine, written: cst.CSTNode) -> cst.SimpleStatementLine:
+        """A rewritten line, marked `# line N` with the source line it stands for (so that tracebacks
+        and frame lines point there)."""
+        number = self.line_of(self.origin.get(written, written))
+        if not number:
+            return line
+        comment = cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# line {number}"))
+        return line.with_changes(trailing_whitespace=comment)
 
     def plain(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """Yield-free statements: unchanged, except return/break/continue that cross a yielding finally."""

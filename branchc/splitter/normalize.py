@@ -1,7 +1,10 @@
 """Pass 1, normalisation: lift every yield out of expressions into a statement of its own.
 
 Afterwards a yield appears only as `yield v`, `x = yield v`, `yield from e` or
-`x = yield from e` (x a plain name, v and e yield-free). Evaluation order is kept
+`x = yield from e` (x a plain name, v and e yield-free). A `with` whose body yields
+becomes the try / except / finally of PEP 343, so that the split can re-enter it like
+any other try: the manager and its bound `__exit__` are variables, and `__enter__` is
+not called again on resume. Evaluation order is kept
 exactly: a sibling evaluated before a yield is spilled into a temporary first
 (literals excepted), as regenerator does; `and`/`or`, conditional expressions and
 comparison chains keep their short-circuits.
@@ -13,7 +16,7 @@ import functools
 
 import libcst as cst
 
-from .cst import PREFIX, assign, block, contains_yield, expr, generate, if_stmt, name, simple
+from .cst import PREFIX, assign, block, contains_yield, expr, generate, if_stmt, name, simple, stmt
 
 __all__ = ["Normalizer"]
 
@@ -131,6 +134,8 @@ class Normalizer:
         self.temps = 0
         self.unsupported: list[tuple[cst.CSTNode, str, str]] = []
         self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # each yield made here -> the yield in the source
+        self.withs: list[cst.With] = []  # each `with` lowered here (the n-th uses _bc_wm{n}, _bc_wx{n}, _bc_wf{n})
+        self.with_origin: dict[cst.With, cst.With] = {}  # the inner `with` of several items -> the statement
 
     def temp(self) -> str:
         self.temps += 1
@@ -310,12 +315,7 @@ class Normalizer:
         if isinstance(node, cst.FunctionDef):
             return self.function_def(node)
         if isinstance(node, cst.With):
-            self.refuse(
-                node,
-                "yield inside `with`: the context manager cannot travel in a snapshot",
-                "close the resource before the yield (end the with block), or move the yield out of it",
-            )
-            return [node]
+            return self.with_(node)
         if isinstance(node, cst.TryStar):
             self.refuse(node, "yield inside try/except* is not supported", "use try/except, or move the yield out")
             return [node]
@@ -338,8 +338,10 @@ class Normalizer:
             return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
         if isinstance(node, cst.Assign):
             if any(contains_yield(target.target) for target in node.targets):
-                self.refuse(node, "yield inside an assignment target", "assign the yielded value to a name first")
-                return [line]
+                pre, value = self.evaluated(node.value)
+                for target in node.targets:  # the value first, then each target left to right
+                    pre += self.store(target.target, value)
+                return pre
             if isinstance(node.value, cst.Yield):
                 pre, value = self.lift_yield(node.value)
                 if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -349,11 +351,17 @@ class Normalizer:
             pre, value = self.lift(node.value)
             return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
         if isinstance(node, cst.AnnAssign):
-            if node.value is None or contains_yield(node.target):
-                self.refuse(node, "yield inside an annotated target", "assign the yielded value to a name first")
-                return [line]
+            # In a function CPython does not evaluate the annotation of a target that is not a name.
+            if node.value is None:  # `x[(yield)]: T` evaluates the target's parts, and stores nothing
+                pre, target = self.lift(node.target)
+                return [*pre, simple(cst.Expr(cst.Tuple(elements=[cst.Element(p) for p in _children(target)])))]
+            if contains_yield(node.target):
+                pre, value = self.evaluated(node.value)
+                return [*pre, *self.store(node.target, value)]
             pre, value = self.lift(node.value)
             return [*pre, line.with_changes(body=[node.with_changes(value=value)])]
+        if isinstance(node, cst.Del):
+            return self.delete(node.target)
         if isinstance(node, cst.AugAssign):
             return self.augassign(node, line)
         if isinstance(node, cst.Return):
@@ -392,33 +400,67 @@ class Normalizer:
             replacements[part] = name(spilled)
         return [*pre, node.visit(_Replace(replacements))]
 
+    def evaluated(self, value: cst.BaseExpression) -> tuple[list[cst.BaseStatement], cst.BaseExpression]:
+        """(statements, a name or literal holding `value`): the value is evaluated before what follows."""
+        pre, value = self.lift(value)
+        if isinstance(value, cst.Name) or _is_literal(value):
+            return pre, value
+        held = self.temp()
+        return [*pre, assign(held, value)], name(held)
+
+    def store(self, target: cst.BaseExpression, value: cst.BaseExpression) -> list[cst.BaseStatement]:
+        """Store an evaluated value into `target` as CPython does: a tuple or list target unpacks
+        the value first, then stores each item left to right; an attribute or subscript target
+        evaluates its parts (yields included) just before its own store."""
+        if not contains_yield(target):
+            return [assign(target, value)]
+        if isinstance(target, (cst.Tuple, cst.List)):
+            items: list[cst.BaseElement] = []
+            parts: list[tuple[str, cst.BaseExpression]] = []
+            for element in target.elements:
+                held = self.temp()
+                parts.append((held, element.value))
+                items.append(
+                    cst.StarredElement(name(held))
+                    if isinstance(element, cst.StarredElement)
+                    else cst.Element(name(held))
+                )
+            out = [assign(cst.Tuple(elements=items), value)]
+            for held, part in parts:
+                out += self.store(part, name(held))
+            return out
+        pre, stored = self.lift(target)  # the object, then the key or slice parts, with earlier ones spilled
+        return [*pre, assign(stored, value)]
+
+    def delete(self, target: cst.BaseExpression) -> list[cst.BaseStatement]:
+        """`del a, b[(yield)]`: each target in turn, its parts evaluated just before it is deleted."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            return [statement for element in target.elements for statement in self.delete(element.value)]
+        pre, deleted = self.lift(target)
+        return [*pre, simple(cst.Del(target=deleted))]
+
     def augassign(self, node: cst.AugAssign, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
-        """`t op= v`: CPython reads the target before it evaluates v, so read it into a temporary first."""
+        """`t op= v`: CPython evaluates the target's object and key, reads the target, then evaluates v,
+        and stores back into the same object and key: each goes into a temporary first."""
         target = node.target
         pre: list[cst.BaseStatement] = []
         if isinstance(target, cst.Name):
             store: cst.BaseAssignTargetExpression = target
-            load: cst.BaseExpression = target
-        elif isinstance(target, cst.Attribute):
-            owner = self.temp()
-            pre.append(assign(owner, target.value))
-            store = target.with_changes(value=name(owner))
-            load = store
-        elif (
-            isinstance(target, cst.Subscript)
-            and len(target.slice) == 1
-            and isinstance(target.slice[0].slice, cst.Index)
-        ):
-            owner, key = self.temp(), self.temp()
-            pre += [assign(owner, target.value), assign(key, target.slice[0].slice.value)]
-            store = target.with_changes(
-                value=name(owner),
-                slice=[target.slice[0].with_changes(slice=cst.Index(value=name(key)))],
-            )
-            load = store
+        elif isinstance(target, (cst.Attribute, cst.Subscript)):
+            replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+            for part in _children(target):
+                part_pre, value = self.lift(part)
+                pre += part_pre
+                if not _is_literal(value):
+                    held = self.temp()
+                    pre.append(assign(held, value))
+                    value = name(held)
+                replacements[part] = value
+            store = target.visit(_Replace(replacements))
         else:
             self.refuse(node, "yield in an augmented assignment to this target", "assign the yielded value first")
             return [line]
+        load: cst.BaseExpression = store
         current = self.temp()
         pre.append(assign(current, load))
         value_pre, value = self.lift(node.value)
@@ -457,11 +499,17 @@ class Normalizer:
         return out
 
     def for_(self, node: cst.For) -> list[cst.BaseStatement]:
-        if contains_yield(node.target):
-            self.refuse(node.target, "yield inside a for target", "assign the yielded value to a name first")
         pre, iterable = self.lift(node.iter)
         orelse = node.orelse.with_changes(body=block(self.body(node.orelse.body.body))) if node.orelse else None
-        return [*pre, node.with_changes(iter=iterable, body=block(self.body(node.body.body)), orelse=orelse)]
+        body = self.body(node.body.body)
+        target = node.target
+        if contains_yield(target):  # `for d[(yield)] in items`: each item is stored as the body begins
+            item = self.temp()
+            body = [*self.store(target, name(item)), *body]
+            target = name(item)
+        new = node.with_changes(target=target, iter=iterable, body=block(body), orelse=orelse)
+        self.origin[new] = self.origin.get(node, node)  # its lines point at the `for` in the source
+        return [*pre, new]
 
     def try_(self, node: cst.Try) -> cst.Try:
         handlers = []
@@ -475,14 +523,106 @@ class Normalizer:
             body=block(self.body(node.body.body)), handlers=handlers, orelse=orelse, finalbody=final
         )
 
+    def with_(self, node: cst.With) -> list[cst.BaseStatement]:
+        """`with m as v: body` (PEP 343, as CPython 3.11 runs it):
+
+            _bc_wmN = m
+            _bc_wxN, _bc_tK = _bc_rt.with_enter(_bc_wmN)   # __enter__ and __exit__ looked up on the type
+            _bc_wfN = True
+            try:
+                try:
+                    v = _bc_tK
+                    body
+                except BaseException:
+                    _bc_wfN = False
+                    if not _bc_wxN(*_bc_rt.exc_info()):
+                        raise
+            finally:
+                if _bc_wfN:
+                    _bc_wxN(None, None, None)
+
+        Several items nest, left to right."""
+        if node.asynchronous is not None:
+            self.refuse(node, "yield inside `async with`", "branchc compiles plain generators; use `with`")
+            return [node]
+        first, *rest = node.items
+        body = list(node.body.body)
+        written = self.with_origin.get(node, node)
+        if rest:
+            body = [
+                cst.With(items=[*rest[:-1], rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)], body=block(body))
+            ]
+            self.with_origin[body[0]] = written
+        self.withs.append(written)
+        n = len(self.withs)
+        manager, exit_, flag = name(f"{PREFIX}wm{n}"), name(f"{PREFIX}wx{n}"), name(f"{PREFIX}wf{n}")
+        pre, value = self.lift(first.item)
+        entered = self.temp()
+        enter = stmt("{x}, {v} = _bc_rt.with_enter({m})", x=exit_, v=name(entered), m=manager)
+        inner: list[cst.BaseStatement] = []
+        if first.asname is not None:
+            target = first.asname.name
+            inner += self.statement(simple(cst.Assign(targets=[cst.AssignTarget(target)], value=name(entered))))
+            inner.append(assign(entered, name("None")))
+        inner += self.body(body)
+        suppress = if_stmt(expr("not {x}(*_bc_rt.exc_info())", x=exit_), [simple(cst.Raise())])
+        handler = cst.ExceptHandler(
+            type=expr("_bc_rt.BaseException"),
+            body=block([assign(flag, name("False")), suppress]),
+            whitespace_after_except=cst.SimpleWhitespace(" "),
+        )
+        normal_exit = if_stmt(flag, [simple(cst.Expr(expr("{x}(None, None, None)", x=exit_)))])
+        guarded = cst.Try(
+            body=block([cst.Try(body=block(inner), handlers=[handler])]),
+            finalbody=cst.Finally(body=block([normal_exit])),
+            leading_lines=node.leading_lines,
+        )
+        return [*pre, assign(manager, value), enter, assign(flag, name("True")), guarded]
+
     def match(self, node: cst.Match) -> list[cst.BaseStatement]:
         pre, subject = self.lift(node.subject)
-        cases = []
-        for case in node.cases:
-            if contains_yield(case.guard) or contains_yield(case.pattern):
-                self.refuse(case, "yield inside a case pattern or guard", "compute the value before match")
-            cases.append(case.with_changes(body=block(self.body(case.body.body))))
-        return [*pre, node.with_changes(subject=subject, cases=cases)]
+        if not any(contains_yield(case.guard) for case in node.cases):  # a pattern cannot hold a yield
+            cases = [case.with_changes(body=block(self.body(case.body.body))) for case in node.cases]
+            return [*pre, node.with_changes(subject=subject, cases=cases)]
+        return [*pre, *self.match_guards(node, subject)]
+
+    def match_guards(self, node: cst.Match, subject: cst.BaseExpression) -> list[cst.BaseStatement]:
+        """A guard that yields runs outside the native `match`: the cases are matched in runs that
+        end at such a case (its guard taken off); when the pattern matched, the guard is evaluated,
+        and if it is false, matching goes on with the next run, on the same subject, as CPython
+        does. The chosen case's body runs last.
+
+            _bc_tS = subject; _bc_tC = -1
+            match _bc_tS:                      # cases up to the first that yields in its guard
+                case P0 if G0: _bc_tC = 0
+                case P1: _bc_tC = 1
+            if _bc_tC == 1 and not G1: _bc_tC = -1
+            if _bc_tC == -1:
+                match _bc_tS: ...              # the next run
+            if _bc_tC == 0: body0 / elif _bc_tC == 1: body1 ..."""
+        held, chosen = self.temp(), self.temp()
+        out: list[cst.BaseStatement] = [assign(held, subject), assign(chosen, expr("-1"))]
+        runs: list[list[tuple[int, cst.MatchCase]]] = [[]]
+        for index, case in enumerate(node.cases):
+            runs[-1].append((index, case))
+            if contains_yield(case.guard):
+                runs.append([])
+        for number, run in enumerate(r for r in runs if r):
+            cases = []
+            for index, case in run:
+                guard = None if contains_yield(case.guard) else case.guard
+                cases.append(case.with_changes(guard=guard, body=block([assign(chosen, cst.Integer(str(index)))])))
+            steps: list[cst.BaseStatement] = [cst.Match(subject=name(held), cases=cases)]
+            last, case = run[-1]
+            if contains_yield(case.guard):
+                guard_pre, guard = self.lift(case.guard)
+                failed = if_stmt(expr("not {g}", g=guard), [assign(chosen, expr("-1"))])
+                steps.append(if_stmt(expr(f"{chosen} == {last}"), [*guard_pre, failed]))
+            out += steps if number == 0 else [if_stmt(expr(f"{chosen} == -1"), steps)]
+        chain: cst.If | None = None
+        for index, case in reversed(list(enumerate(node.cases))):
+            chain = cst.If(test=expr(f"{chosen} == {index}"), body=block(self.body(case.body.body)), orelse=chain)
+        return [*out, chain] if chain is not None else out
 
 
 def stmt_raise_assertion(message: cst.BaseExpression) -> cst.SimpleStatementLine:

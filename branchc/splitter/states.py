@@ -179,7 +179,8 @@ class _Flow:
         source = self.expression([node.iter], _lines(node.iter, node.lineno), preds)
         head = self.node(range(node.lineno, node.target.end_lineno + 1))
         self.link(source, head)
-        return self._loop(node, head, [head], None)
+        target = self.expression([node.target], range(node.lineno, node.target.end_lineno + 1), [head])
+        return self._loop(node, head, target, None)
 
     def _loop(self, node: ast.While | ast.For, head: int, test: list[int], truth: bool | None) -> list[int]:
         frame = _Frame("loop", head=head)
@@ -190,17 +191,43 @@ class _Flow:
         outs = [] if truth is True else (self.block(node.orelse, test) if node.orelse else test)
         return outs + frame.breaks
 
-    def _With(self, node: ast.With, preds: list[int]) -> list[int]:
-        items = self.expression(list(node.items), range(node.lineno, node.items[-1].context_expr.end_lineno + 1), preds)
-        return self.block(node.body, items)
+    def _With(self, node: ast.With, preds: list[int], item: int = 0) -> list[int]:
+        """Like a try whose finally is the manager's __exit__ (run on the `with` line), which may
+        also swallow the exception: then the run goes on after the block. Several items nest."""
+        part = node.items[item]
+        header = range(part.context_expr.lineno, (part.context_expr.end_lineno or node.lineno) + 1)
+        entered = self.expression([part], header, preds)
+        final = _Finally(self.node(range(node.lineno, node.lineno + 1)))
+        self.stack.append(_Frame("try", final=final))
+        if item + 1 < len(node.items):
+            outs = self._With(node, entered, item + 1)
+        else:
+            outs = self.block(node.body, entered)
+        self.stack.pop()
+        self.link(outs, final.entry, pending="normal")
+        after = self.node()
+        self.link([final.entry], after, when="normal")
+        if RAISE in final.jumps:
+            self.link([final.entry], after, when=RAISE)  # suppressed
+        for kind in sorted(final.jumps):
+            self.jump(final.entry, kind, when=kind)
+        return [after]
 
     def _Match(self, node: ast.Match, preds: list[int]) -> list[int]:
+        """Cases are tried in order: the next one when a pattern does not match or its guard is false."""
         subject = self.expression([node.subject], _lines(node.subject, node.lineno), preds)
-        outs = list(subject)
+        outs: list[int] = []
+        tried = list(subject)
         for case in node.cases:
-            pattern = self.expression([], range(case.pattern.lineno, case.pattern.lineno + 1), subject)
-            outs += self.block(case.body, pattern)
-        return outs
+            pattern = self.expression([], range(case.pattern.lineno, case.pattern.lineno + 1), tried)
+            if case.guard is not None:
+                guard = self.expression([case.guard], _lines(case.guard), pattern)
+                outs += self.block(case.body, guard)
+                tried = pattern + guard
+            else:
+                outs += self.block(case.body, pattern)
+                tried = pattern
+        return outs + tried
 
     def _Try(self, node: ast.Try, preds: list[int]) -> list[int]:
         final = _Finally(self.node()) if node.finalbody else None

@@ -3,17 +3,40 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
 import math
+import sys
 import types
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Iterable
+from functools import cached_property, partial
 from typing import Any
 
 from pydantic import BaseModel
 
+from ..errors import SnapshotDataError
+
 Extension = Callable[[Any, Callable[[Any, str], Any], str], "dict | None"]
 DecodeExtension = Callable[[dict, Callable[[Any, str], Any], str], Any]
+#: "module:qualname" -> the class data may name; raises LookupError (or ValueError) to refuse it
+ClassResolver = Callable[[str], Any]
+
+
+def from_modules(modules: Iterable[str]) -> ClassResolver:
+    """A resolver for the codec on its own: classes defined at module level in these modules (each
+    imported when the data first names it), looked up through __dict__, never by getattr."""
+    allowed = frozenset(modules)
+
+    def resolve(ref: str) -> type:
+        module, qualname = ref.split(":")
+        if module not in allowed:
+            raise LookupError(f"module {module!r} is not among the allowed modules")
+        try:
+            return _lookup(sys.modules.get(module) or importlib.import_module(module), qualname)
+        except Exception as error:
+            raise LookupError(f"cannot import {module}: {error}") from None
+
+    return resolve
 
 
 # Paths are built only when needed: a chain (parent, key) or (parent, key, format) down from a root name.
@@ -29,10 +52,11 @@ def _fmt(path: Any) -> str:
     while type(path) is tuple:
         if len(path) == 2:
             path, key = path
-            parts.append(f"[{key!r}]")
+            part = f"[{key!r}]"
         else:
             path, key, how = path
-            parts.append(how.format(key))
+            part = how.format(key)
+        parts.append(part if len(part) <= 100 else part[:96] + "...]")  # a key from the data may be huge
     parts.append(str(path))
     parts.reverse()
     return "".join(parts)
@@ -41,9 +65,79 @@ def _fmt(path: Any) -> str:
 _ATTR = ".{}"
 
 
-def _show(x: Any) -> str:
-    text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecodeLimits:
+    """Bounds on what `decode` builds from untrusted data (see codec/__init__.py); past one it
+    raises SnapshotDataError naming the limit. Pass ``decode(..., limits=DecodeLimits(...))``
+    to allow more."""
+
+    #: Values decoded in all (about the number of JSON values: every item, key and field; a dict of
+    #: scalars in a list, copied whole, counts as one), plus the parts that hashing a dict key or
+    #: set item visits (a tuple shared inside a key, each time hashing meets it).
+    max_values: int = 10_000_000
+    #: How deeply values nest, counting through references to shared values.
+    max_depth: int = 500
+    #: The size of an int in hex (``["i", ...]``) or in a Fraction (whose gcd takes quadratic time).
+    max_int_bits: int = 100_000
+    #: How many keys of one dict (items of one set) may share a hash value.
+    max_same_hash: int = 8
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"DecodeLimits.{field.name} must be a positive int, got {value!r}")
+
+
+DEFAULT_LIMITS = DecodeLimits()
+
+
+def _over(path: Any, what: str, limits: DecodeLimits, name: str) -> SnapshotDataError:
+    """The error for data past one of the DecodeLimits: which one, and how to raise it."""
+    hint = f"over DecodeLimits.{name} = {getattr(limits, name):,} (pass decode(..., limits=DecodeLimits({name}=...)))"
+    return SnapshotDataError(_fmt(path), f"{what}: {hint}")
+
+
+def _show(x: Any, width: int = 60) -> str:
+    """A short repr for an error message, made without running any code of the value's class
+    (no __repr__ of a dataclass or model) and in bounded time, however big or shared the value."""
+    text = _brief(x, 3, width)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+_REPR_AS_IS = frozenset({float, bool, type(None), complex})
+_OPEN = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})"), dict: ("{", "}")}
+
+
+def _brief(x: Any, depth: int, width: int) -> str:
+    t = type(x)
+    if t is str or t is bytes or t is bytearray:
+        return repr(x[:width]) if len(x) > width else repr(x)  # a cut repr: no quote at the end
+    if t is int:
+        return repr(x) if x.bit_length() <= 4 * width else f"<int of {x.bit_length():,} bits>"
+    if t in _REPR_AS_IS:
+        return repr(x)
+    if t in _OPEN:
+        if not x:
+            return {list: "[]", tuple: "()", set: "set()", frozenset: "frozenset()", dict: "{}"}[t]
+        if depth == 0:
+            return _OPEN[t][0] + "..." + _OPEN[t][1]
+        parts = []
+        size = 0
+        for item in x.items() if t is dict else x:
+            text = (
+                f"{_brief(item[0], depth - 1, width)}: {_brief(item[1], depth - 1, width)}"
+                if t is dict
+                else _brief(item, depth - 1, width)
+            )
+            parts.append(text)
+            size += len(text) + 2
+            if size > width:
+                parts.append("...")
+                break
+        opening, closing = _OPEN[t]
+        return opening + ", ".join(parts) + ("," if t is tuple and len(x) == 1 else "") + closing
+    return f"<{t.__qualname__}>"
 
 
 def _type_name(t: type) -> str:
@@ -127,3 +221,124 @@ def _dataclass_fields(cls: type) -> tuple[str, ...]:
     if names is None:
         names = _DATACLASS_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
     return names
+
+
+# Builtin exception attributes that args do not imply, restored as keywords (OSError: positional).
+_EXC_KEYWORDS = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)))
+_EXC_KEYWORDS += ((AttributeError, ("name",)),)
+
+
+def _not_an_exception(cls: type) -> str | None:
+    """Why instances of cls may not travel: a BaseException that is not an Exception (SystemExit,
+    KeyboardInterrupt, GeneratorExit, ...) escapes `except Exception` where it is raised again."""
+    if not issubclass(cls, Exception):
+        return f"{_type_name(cls)} is a BaseException but not an Exception (it would escape `except Exception`)"
+    for base in cls.__mro__:  # an Exception that is also a SystemExit, say, still exits
+        if not issubclass(base, Exception) and base not in (BaseException, BaseExceptionGroup, object):
+            what = f"{_type_name(cls)} derives from {_type_name(base)}, a BaseException but not an Exception"
+            return f"{what} (raised, it acts as one)"
+    return None
+
+
+def _flag_problem(cls: type, value: Any) -> str | None:
+    """Why a combination of flags may not travel: a value that is no int, or has bits that no member
+    has. Each value a Flag class is called with stays in its cache for the life of the process
+    (an IntFlag takes any int): data may ask only for combinations of the class's own members."""
+    if type(value) is not int:
+        return f"expected an integer, got {_show(value)}"
+    mask = getattr(cls, "_flag_mask_", None)
+    if type(mask) is int and (value < 0 or value & ~mask):
+        return f"{_show(value)} has bits that no member of {cls.__qualname__} has"
+    return None
+
+
+def _span_problem(args: tuple | list, text_at: int, types_: tuple) -> str | None:
+    text, start, end = args[text_at], args[text_at + 1], args[text_at + 2]
+    if not isinstance(text, types_) or type(start) is not int or type(end) is not int:
+        return "expected an object of the right type, and int start and end"
+    if not 0 <= start <= end <= len(text):
+        return f"start {start} and end {end} are not positions in its object (0 to {len(text)})"
+    return None
+
+
+def _exception_args_problem(cls: type, args: tuple | list) -> str | None:
+    """What is wrong with the args of a builtin exception, where its C code trusts them (a
+    UnicodeDecodeError whose start is negative crashes the interpreter when it is printed) or the
+    traceback module does (a SyntaxError's details); None if they are fine."""
+    if cls in (UnicodeDecodeError, UnicodeEncodeError):
+        text = (bytes, bytearray) if cls is UnicodeDecodeError else str
+        if len(args) != 5 or not isinstance(args[0], str) or not isinstance(args[4], str):
+            return "expected (encoding, object, start, end, reason)"
+        return _span_problem(args, 1, text)
+    if cls is UnicodeTranslateError:
+        if len(args) != 4 or not isinstance(args[3], str):
+            return "expected (object, start, end, reason)"
+        return _span_problem(args, 0, str)
+    if issubclass(cls, SyntaxError) and len(args) == 2:  # (message, details): the details become attributes
+        details = args[1]
+        if type(details) is not tuple or len(details) not in (4, 6):
+            return "expected (message, (filename, lineno, offset, text[, end_lineno, end_offset]))"
+        for part, kind in zip(details, (str, int, int, str, int, int), strict=False):
+            if part is not None and (not isinstance(part, kind) or type(part) is bool):
+                return "expected str or None for its filename and text, int or None for its lines and offsets"
+    return None
+
+
+def _hides_method(attr: Any) -> bool:
+    """Whether an instance attribute of that name would hide a class attribute that is code: a
+    function or method (a non-data descriptor) or anything callable; cached_property is meant to be hidden."""
+    if isinstance(attr, cached_property):
+        return False
+    kind = type(attr).__mro__
+    getter = any("__get__" in vars(c) for c in kind)
+    setter = any("__set__" in vars(c) or "__delete__" in vars(c) for c in kind)
+    return (getter and not setter) or any("__call__" in vars(c) for c in kind)
+
+
+def _hidden_method(cls: type, names: Any) -> str | None:
+    """The first of `names` that, as an instance attribute, would hide a method of cls (so that
+    calling that method would call the attribute instead), or None."""
+    mro = cls.__mro__
+    for name in names:
+        for c in mro:
+            attr = vars(c).get(name, _hidden_method)
+            if attr is not _hidden_method:
+                if _hides_method(attr):
+                    return name
+                break
+    return None
+
+
+_MEMBER = type(type("_Slotted", (), {"__slots__": ("x",)}).__dict__["x"])  # a __slots__ member descriptor
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
+_POINTER = 8 if sys.maxsize > 2**32 else 4  # a slot or the weakref list
+
+
+def slot_members(cls: type) -> dict[str, Any]:
+    """The __slots__ members of a class and its bases, by name (their descriptors)."""
+    members: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        slots = klass.__dict__.get("__slots__", ())
+        for name in (slots,) if type(slots) is str else slots:
+            member = klass.__dict__.get(name)
+            if type(member) is _MEMBER:
+                members[name] = member
+    return members
+
+
+def plain_class(cls: type) -> bool:
+    """A class whose instances are their attributes: made by object.__new__, no builtin base but
+    object, no pickling hooks of its own (a context manager class, say). Its instances travel as
+    their __dict__ and slots, and come back without running any of its code."""
+    if cls.__new__ is not object.__new__ or cls.__module__ == "builtins":
+        return False
+    for klass in cls.__mro__[:-1]:  # a class statement makes a mutable type; C types are immutable
+        if klass.__module__ == "builtins" or klass.__flags__ & _IMMUTABLE_TYPE:
+            return False
+        if klass.__module__.partition(".")[0] in _PROCESS_MODULES:
+            return False  # a thread, a socket, ...: it belongs to this process
+    pointers = len(slot_members(cls)) + (cls.__weakrefoffset__ != 0)
+    if cls.__basicsize__ != object.__basicsize__ + pointers * _POINTER:
+        return False  # a C struct of its own (an extension type): not just its attributes
+    hooks = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__")
+    return not any(getattr(cls, hook, None) is not getattr(object, hook, None) for hook in hooks)

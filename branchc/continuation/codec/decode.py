@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
-import importlib
 import itertools
 import math
 import os
 import re
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
@@ -27,15 +27,25 @@ from .common import (
     _NONFINITE,
     _SAFE_FUNCS,
     _SEQUENCES,
+    DEFAULT_LIMITS,
+    ClassResolver,
     DecodeExtension,
+    DecodeLimits,
     _dataclass_fields,
+    _exception_args_problem,
+    _flag_problem,
     _fmt,
+    _hidden_method,
     _lookup,
     _model_fields,
+    _not_an_exception,
+    _over,
     _show,
+    plain_class,
+    slot_members,
 )
 
-__all__ = ["decode"]
+__all__ = ["DecodeLimits", "decode"]
 
 
 class _Mark:
@@ -44,6 +54,12 @@ class _Mark:
 
 _TODO, _BUSY, _AGAIN = _Mark(), _Mark(), _Mark()
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+# Types whose hash looks at no other decoded value (a tuple's hashes its items, every time).
+_FLAT_HASH = _SCALARS | {bytes, bytearray, complex, Decimal, Fraction, uuid.UUID, range, frozenset}
+_FLAT_HASH |= {date, datetime, time, timedelta, timezone, ZoneInfo}
+# str hashes are salted per process (unless PYTHONHASHSEED=0): data cannot make them collide.
+_SALTED = frozenset({str, bytes}) if sys.flags.hash_randomization else frozenset()
+_NO_TYPES: frozenset[type] = frozenset()
 
 
 class _Kind(NamedTuple):
@@ -57,6 +73,7 @@ _ENUM = _Kind("an Enum", lambda c: issubclass(c, Enum))
 _MODEL = _Kind("a pydantic model", lambda c: issubclass(c, BaseModel))
 _DATACLASS = _Kind("a dataclass", lambda c: dataclasses.is_dataclass(c) and c.__new__ is object.__new__)
 _EXCEPTION = _Kind("an exception", lambda c: issubclass(c, BaseException))
+_PLAIN = _Kind("a plain class (no __new__, builtin base or pickling hook of its own)", plain_class)
 
 
 class _Child:
@@ -77,17 +94,47 @@ class _Child:
 
 
 class _Decoder:
-    __slots__ = ("allowed", "built", "classes", "depth", "extension", "nodes", "objects", "size", "val")
+    __slots__ = (
+        "built",
+        "classes",
+        "count",
+        "depth",
+        "extension",
+        "heights",
+        "instances",
+        "level",
+        "limits",
+        "max_depth",
+        "max_values",
+        "nodes",
+        "objects",
+        "peak",
+        "resolve",
+        "size",
+        "val",
+        "work",
+    )
 
-    def __init__(self, objects: list, allowed: frozenset[str], extension: DecodeExtension | None) -> None:
+    def __init__(
+        self, objects: list, resolve: ClassResolver, extension: DecodeExtension | None, limits: DecodeLimits
+    ) -> None:
         self.objects = objects
         self.size = len(objects)
         self.built: list[Any] = [_TODO] * self.size
-        self.allowed = allowed
+        self.heights: list[int] = [0] * self.size  # how deep each table entry nests, once built
+        self.resolve = resolve
         self.extension = extension
         self.classes: dict[tuple[str, _Kind], type] = {}
         self.depth = 0  # table entries under construction
         self.nodes: dict[int, Any] = {}  # id(JSON node) -> its container, while depth > 0
+        self.limits = limits
+        self.max_depth = limits.max_depth
+        self.max_values = limits.max_values
+        self.count = 0  # values decoded (DecodeLimits.max_values)
+        self.level = 0  # how deep the value being decoded is
+        self.peak = 0  # the deepest level reached (through references too) since `ref` reset it
+        self.instances: frozenset[type] = _NO_TYPES  # dataclasses and models decoded (their hash reads fields)
+        self.work: dict[int, tuple] | None = None  # id(tuple or instance) -> (values hashing it visits, it)
         self.val = self.value  # one bound method, handed to handlers
 
     def value(self, x: Any, path: Any, slot: int | None = None) -> Any:
@@ -100,6 +147,25 @@ class _Decoder:
         if t is dict:
             if "$" in x:
                 return self.ref(x["$"] if len(x) == 1 else None, path, slot)
+            handler = None
+        elif t is list and x and type(x[0]) is str:
+            handler = _DECODERS.get(x[0])
+            if handler is None:
+                raise SnapshotDataError(_fmt((path, 0)), f"unknown tag {_show(x[0])}")
+        elif t is list and len(x) == 1:
+            return self.ref(x[0], path, slot)
+        else:
+            raise SnapshotDataError(_fmt(path), f"expected a JSON scalar, object or tagged array, got {_show(x)}")
+        level = self.level + 1
+        self.count += len(x)
+        if level > self.max_depth or self.count > self.max_values:
+            raise self.over(path, level)
+        if level > self.peak:
+            self.peak = level
+        self.level = level
+        try:
+            if handler is not None:
+                return handler(self, x, path, slot)
             if slot is None and not self.depth:  # nothing can refer back to it: copy a dict of scalars
                 for v in x.values():
                     if type(v) not in _SCALARS:
@@ -113,22 +179,32 @@ class _Decoder:
             for k, v in x.items():
                 out[k] = v if type(v) in _SCALARS else val(v, (path, k))
             return out
-        if t is list and x:
-            tag = x[0]
-            if type(tag) is str:
-                handler = _DECODERS.get(tag)
-                if handler is None:
-                    raise SnapshotDataError(_fmt((path, 0)), f"unknown tag {_show(tag)}")
-                return handler(self, x, path, slot)
-            if len(x) == 1:
-                return self.ref(tag, path, slot)
-        raise SnapshotDataError(_fmt(path), f"expected a JSON scalar, object or tagged array, got {_show(x)}")
+        finally:
+            self.level = level - 1
+
+    def over(self, path: Any, level: int) -> SnapshotDataError:
+        if level > self.max_depth:
+            return _over(path, f"nested more than {self.max_depth:,} deep", self.limits, "max_depth")
+        return _over(path, f"more than {self.max_values:,} values", self.limits, "max_values")
+
+    def charge(self, count: int, path: Any) -> None:
+        """Count values decoded (or visited by a hash) outside `value`."""
+        self.count += count
+        if self.count > self.max_values:
+            raise self.over(path, 0)
 
     def ref(self, n: Any, path: Any, slot: int | None) -> Any:
         if slot is not None or type(n) is not int or not 0 <= n < self.size:
             raise SnapshotDataError(_fmt(path), f"expected a reference to one of {self.size} objects, got {_show(n)}")
         obj = self.built[n]
         if type(obj) is not _Mark:
+            # Shared values nest as deep as they did where they were built: a chain of references to
+            # entries built one after the other must not nest deeper than a chain written inline could.
+            reach = self.level + self.heights[n]
+            if reach > self.peak:
+                if reach > self.max_depth:
+                    raise _over(path, f"nested more than {self.max_depth:,} deep", self.limits, "max_depth")
+                self.peak = reach
             return obj
         if obj is _AGAIN:
             raise SnapshotDataError(f"objects[{n}]", "a cycle that runs through immutable values only")
@@ -140,7 +216,12 @@ class _Decoder:
             raise SnapshotDataError(f"objects[{n}]", f"expected a tagged array or an object, got {_show(entry)}")
         self.built[n] = _BUSY if obj is _TODO else _AGAIN
         self.depth += 1
+        outer, start = self.peak, self.level
+        self.peak = start
         obj = self.val(entry, ("objects", n), n)
+        self.heights[n] = max(self.heights[n], self.peak - start)
+        if outer > self.peak:
+            self.peak = outer
         self.depth -= 1
         if type(self.built[n]) is _Mark:
             self.built[n] = obj
@@ -171,15 +252,84 @@ class _Decoder:
         """Decode a str-keyed payload of values into `out` (registered first, so cycles see it)."""
         if type(src) is not dict:
             raise SnapshotDataError(_fmt(path), f"expected an object, got {_show(src)}")
+        self.charge(len(src), path)
         val = self.val
         for k, v in src.items():
             if allowed is not None and k not in allowed:
-                raise SnapshotDataError(_fmt(path), f"unexpected name {k!r}")
+                raise SnapshotDataError(_fmt(path), f"unexpected name {_show(k)}")
             out[k] = v if type(v) in _SCALARS else val(v, (path, k))
         return out
 
+    def hashable(self, keys: list, path: Any, where: Callable[[int], Any], what: str) -> None:
+        """Refuse the keys of a dict (items of a set) about to be built, when building it would take
+        more than linear time: many keys whose hashes are alike (hash flooding: ints, floats,
+        tuples, ... hash alike by design, without a per-process salt as str has), or keys whose
+        hashing visits values many times over (a tuple of a tuple of ..., shared, is hashed whole
+        each time). `path` is the container's, `where(i)` the path of key i."""
+        kinds = set(map(type, keys))
+        if kinds <= _SALTED:
+            return
+        check = keys if kinds.isdisjoint(_SALTED) else [k for k in keys if type(k) not in _SALTED]
+        if self.size and not kinds <= _FLAT_HASH:  # parts are shared only through the table
+            self.hash_work([k for k in check if type(k) not in _FLAT_HASH], path)
+        try:
+            hashes = set(map(hash, check))
+        except Exception:
+            for i, k in enumerate(keys):
+                try:
+                    hash(k)
+                except Exception as error:
+                    raise _refused(where(i), error) from None
+            raise
+        if len(check) - len(hashes) < self.limits.max_same_hash:
+            return  # no hash can be shared by more than max_same_hash keys
+        worst, many = max(Counter(map(hash, check)).items(), key=lambda item: item[1])
+        if many > self.limits.max_same_hash:
+            first = next(k for k in check if hash(k) == worst)
+            what = f"{many:,} {what} hash alike (like {_show(first)}), which makes building it quadratic"
+            raise _over(path, what, self.limits, "max_same_hash")
+
+    def hash_work(self, keys: list, path: Any) -> None:
+        """Count the values that hashing these keys visits (memoized per object, so linear here)."""
+        if self.work is None:
+            self.work = {}
+        work = self.work
+        memo = work.get
+        instances = self.instances
+
+        def visits(x: Any) -> int:
+            parts: Any
+            if type(x) is tuple:
+                parts = x
+            elif type(x) in instances:
+                parts = _state(x)
+            else:
+                return 1
+            known = memo(id(x))
+            if known is not None:
+                return known[0]
+            work[id(x)] = (1, x)  # on a cycle back to itself: its hash never ends (RecursionError)
+            n = 1
+            for v in parts:
+                n += 1 if type(v) in _FLAT_HASH else visits(v)
+            work[id(x)] = (n, x)  # x kept alive: no other object gets its id meanwhile
+            return n
+
+        self.charge(sum(map(visits, keys)), path)
+
+    def repeated(self, keys: list, where: Callable[[int], Any], what: str) -> SnapshotDataError:
+        """The error for a dict or set built of fewer keys than given: a key came twice."""
+        seen: set = set()
+        i = 0
+        for i, k in enumerate(keys):  # noqa: B007 (i is the place of the repeated key)
+            if k in seen:
+                break
+            seen.add(k)
+        return SnapshotDataError(_fmt(where(i)), f"{what} {_show(keys[i])} again (a snapshot never repeats one)")
+
     def cls(self, ref: Any, path: Any, kind: _Kind) -> type:
-        """Resolve "module:qualname" to a class of `kind`, importing only allowed modules."""
+        """Resolve "module:qualname" to a class of `kind`: a builtin exception, or what the resolver
+        allows (it imports what it must; the codec imports nothing)."""
         found = self.classes.get((ref, kind)) if type(ref) is str else None
         if found is not None:
             return found
@@ -189,13 +339,11 @@ class _Decoder:
         module, qualname = ref.split(":")
         if module == "builtins" and kind is _EXCEPTION:
             found = _lookup(sys.modules["builtins"], qualname)
-        elif module in self.allowed:
-            try:
-                found = _lookup(sys.modules.get(module) or importlib.import_module(module), qualname)
-            except Exception as error:
-                raise SnapshotDataError(where, f"cannot import {module}: {error}") from None
         else:
-            raise SnapshotDataError(where, f"module {module!r} is not among the allowed modules")
+            try:
+                found = self.resolve(ref)
+            except (LookupError, ValueError, ImportError) as error:  # the resolver's refusal, as it says it
+                raise SnapshotDataError(where, str(error)) from None
         if not (
             isinstance(found, type)
             and found.__module__ == module
@@ -205,6 +353,27 @@ class _Decoder:
             raise SnapshotDataError(where, f"{ref} is not {kind.name} defined there")
         self.classes[(ref, kind)] = found
         return found
+
+
+def _state(obj: Any) -> list:
+    """The attribute values of a dataclass or model instance, read without running its code."""
+    try:
+        values = list(object.__getattribute__(obj, "__dict__").values())
+    except AttributeError:
+        values = []
+    for c in type(obj).__mro__:
+        slots = c.__dict__.get("__slots__", ())
+        for name in (slots,) if type(slots) is str else slots:
+            slot = c.__dict__.get(name)
+            if type(slot) is _MEMBER:
+                try:
+                    values.append(slot.__get__(obj, type(obj)))
+                except AttributeError:
+                    pass
+    return values
+
+
+_MEMBER = type(BaseException.__suppress_context__)
 
 
 def _shape(x: list, path: Any, low: int, high: float | None = None) -> None:
@@ -232,7 +401,9 @@ def _call(path: Any, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
 
 
 def _refused(path: Any, error: Exception) -> SnapshotDataError:
-    return SnapshotDataError(_fmt(path), f"cannot restore: {type(error).__name__}: {error}")
+    text = str(error)  # the message of a builtin's error: it may quote a long input
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return SnapshotDataError(_fmt(path), f"cannot restore: {type(error).__name__}: {text}")
 
 
 def _dec_list(d: _Decoder, x: list, path: Any, slot: int | None) -> list:
@@ -252,7 +423,7 @@ def _dec_list(d: _Decoder, x: list, path: Any, slot: int | None) -> list:
                 if type(w) not in _SCALARS:
                     break
             else:
-                out[i] = v.copy()
+                out[i] = v.copy()  # one value for max_values: a copy no bigger than the data
                 continue
         out[i] = val(v, (path, i + 1))
     return out
@@ -263,14 +434,30 @@ def _dec_pairs(d: _Decoder, x: list, path: Any, slot: int | None) -> dict:
     flat = d.items(x, path, 1)
     if len(flat) % 2:
         raise SnapshotDataError(_fmt(path), "expected key, value pairs (an odd length)")
-    for i in range(0, len(flat), 2):
-        _call((path, i + 1), out.__setitem__, flat[i], flat[i + 1])
+    keys = flat[::2]
+    d.hashable(keys, path, lambda i: (path, 2 * i + 1), "keys")
+    _call(path, out.update, zip(keys, flat[1::2], strict=True))
+    if len(out) != len(keys):
+        raise d.repeated(keys, lambda i: (path, 2 * i + 1), "the key")
     return out
 
 
 def _dec_set(d: _Decoder, x: list, path: Any, slot: int | None) -> set:
     out = d.shell(x, slot, set())
-    _call(path, out.update, d.items(x, path, 1))
+    items = d.items(x, path, 1)
+    d.hashable(items, path, lambda i: path, "items")
+    _call(path, out.update, items)
+    if len(out) != len(items):
+        raise d.repeated(items, lambda i: (path, i + 1), "the item")
+    return out
+
+
+def _dec_frozenset(d: _Decoder, x: list, path: Any, slot: int | None) -> frozenset:
+    items = d.items(x, path, 1)
+    d.hashable(items, path, lambda i: path, "items")
+    out = _call(path, frozenset, items)
+    if len(out) != len(items):
+        raise d.repeated(items, lambda i: (path, i + 1), "the item")
     return out
 
 
@@ -316,8 +503,44 @@ def _simple(fn: Callable, *kinds: tuple[Any, str], optional: int = 0) -> Callabl
     return handler
 
 
+_TEXT_PART = _parts(_TEXT)
+_FRACTION_PARTS = _parts(_INT, _INT)
+
+
 def _b64decode(text: str) -> bytes:
     return binascii.a2b_base64(text, strict_mode=True)
+
+
+def _dec_int(d: _Decoder, x: list, path: Any, slot: int | None) -> int:
+    """An int too big for JSON, in hex: up to DecodeLimits.max_int_bits (checked before it is parsed)."""
+    (text,) = _TEXT_PART(d, x, path)
+    bits = d.limits.max_int_bits
+    if len(text) > bits // 4 + 2:
+        raise _over((path, 1), f"an int of {len(text):,} hex digits", d.limits, "max_int_bits")
+    number = _call(path, int, text, 16)
+    if number.bit_length() > bits:
+        raise _over((path, 1), f"an int of {number.bit_length():,} bits", d.limits, "max_int_bits")
+    return number
+
+
+def _dec_fraction(d: _Decoder, x: list, path: Any, slot: int | None) -> Fraction:
+    """Fraction(n, d) reduces by their gcd, which takes quadratic time in their size: bounded here
+    (they may be ints inline when the data did not come through JSON)."""
+    numerator, denominator = _FRACTION_PARTS(d, x, path)
+    for i, part in ((1, numerator), (2, denominator)):
+        if part.bit_length() > d.limits.max_int_bits:
+            raise _over((path, i), f"an int of {part.bit_length():,} bits", d.limits, "max_int_bits")
+    return _call(path, Fraction, numerator, denominator)
+
+
+# ISO texts are short: a long one is refused before it is parsed (and before it is quoted in an error).
+_MAX_ISO = 64
+
+
+def _iso_text(text: str, path: Any) -> str:
+    if len(text) > _MAX_ISO:
+        raise SnapshotDataError(_fmt(path), f"expected ISO text, got {len(text):,} characters")
+    return text
 
 
 def _dec_clock(kind: type) -> Callable:
@@ -326,12 +549,17 @@ def _dec_clock(kind: type) -> Callable:
     def handler(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
         values = parts(d, x, path)
         text, zone, fold = values + [None, 0][len(values) - 1 :]  # the defaults of what is missing
-        naive = _call((path, 1), kind.fromisoformat, text)
+        naive = _call((path, 1), kind.fromisoformat, _iso_text(text, (path, 1)))
         if naive.tzinfo is not None:
             raise SnapshotDataError(_fmt((path, 1)), "expected ISO text without an offset (the zone comes next)")
         return _call(path, naive.replace, tzinfo=zone, fold=fold)
 
     return handler
+
+
+def _dec_date(d: _Decoder, x: list, path: Any, slot: int | None) -> date:
+    (text,) = _TEXT_PART(d, x, path)
+    return _call(path, date.fromisoformat, _iso_text(text, (path, 1)))
 
 
 _TIMEZONE_PARTS = _parts(_INT, _INT, _TEXT, optional=1)
@@ -342,17 +570,17 @@ def _dec_timezone(d: _Decoder, x: list, path: Any, slot: int | None) -> timezone
     return _call(path, timezone, _call(path, timedelta, seconds=seconds, microseconds=micros), *name)
 
 
-_TEXT_PART = _parts(_TEXT)
+# A zone key is a relative path of plain names ("America/New_York"): no "..", no "/" first, no dots.
 _ZONE_KEY = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
 
 
 def _dec_zoneinfo(d: _Decoder, x: list, path: Any, slot: int | None) -> ZoneInfo:
-    """A zone from the system's tz files; from the tzdata package (an import) only if "tzdata" is allowed."""
+    """A zone from the system's tz files (ZoneInfo would import the tzdata package for one that is not)."""
     (key,) = _TEXT_PART(d, x, path)
-    if not _ZONE_KEY.fullmatch(key):
+    if len(key) > 255 or not _ZONE_KEY.fullmatch(key):
         raise SnapshotDataError(_fmt((path, 1)), f"not a time zone key: {_show(key)}")
-    if "tzdata" not in d.allowed and not any(os.path.isfile(os.path.join(root, key)) for root in TZPATH):
-        raise SnapshotDataError(_fmt((path, 1)), f"time zone {key!r} is not installed here (allow 'tzdata'?)")
+    if not any(os.path.isfile(os.path.join(root, key)) for root in TZPATH):
+        raise SnapshotDataError(_fmt((path, 1)), f"time zone {_show(key)} is not installed here (no zone file)")
     return _call(path, ZoneInfo, key)
 
 
@@ -363,16 +591,23 @@ def _dec_enum(d: _Decoder, x: list, path: Any, slot: int | None) -> Enum:
     if name is not None and len(x) == 3:
         member = cls.__members__.get(name)
         if member is None:
-            raise SnapshotDataError(_fmt((path, 2)), f"{cls.__qualname__} has no member {name!r}")
+            raise SnapshotDataError(_fmt((path, 2)), f"{cls.__qualname__} has no member {_show(name)}")
         return member
     if name is not None or len(x) != 4 or not issubclass(cls, Flag):
         raise SnapshotDataError(_fmt(path), "expected [tag, class, name] or a Flag's [tag, class, null, value]")
-    return _call(path, cls, d.val(x[3], (path, 3)))
+    value = d.val(x[3], (path, 3))
+    problem = _flag_problem(cls, value)  # no other value reaches its _missing_ hook, or stays in its cache
+    if problem is not None:
+        raise SnapshotDataError(_fmt((path, 3)), problem)
+    return _call(path, cls, value)
 
 
 def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
+    """The pydantic state as it was (no validation, no __init__, no model_post_init)."""
     _shape(x, path, 3, 5)
     cls = d.cls(x[1], (path, 1), _MODEL)
+    if cls not in d.instances:
+        d.instances |= {cls}
     names = _model_fields(cls)
     fields_set = _want(x[3], list, path, 3, "a list of field names")
     extra, private = [*x[4:], None, None][:2]
@@ -380,38 +615,97 @@ def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
         raise SnapshotDataError(_fmt((path, 3)), f"expected field names, got {_show(fields_set)}")
     if extra is not None and cls.model_config.get("extra") != "allow":
         raise SnapshotDataError(_fmt((path, 4)), f"{cls.__qualname__} does not allow extra fields")
-    obj = d.shell(x, slot, _call(path, cls.__new__, cls))
+    d.charge(len(fields_set), (path, 3))
+    obj = d.shell(x, slot, _call(path, object.__new__, cls))
     state: dict = {}
+    fields = set(fields_set)
     setattr_ = object.__setattr__
     setattr_(obj, "__dict__", state)
-    setattr_(obj, "__pydantic_fields_set__", set(fields_set))
-    setattr_(obj, "__pydantic_extra__", None if extra is None else d.fill({}, extra, (path, 4)))
+    setattr_(obj, "__pydantic_fields_set__", fields)
+    extra = None if extra is None else d.fill({}, extra, (path, 4))
+    setattr_(obj, "__pydantic_extra__", extra)
     setattr_(obj, "__pydantic_private__", None)
     if private is not None:
         setattr_(obj, "__pydantic_private__", d.fill({}, private, (path, 5), cls.__private_attributes__))
     d.fill(state, x[2], (path, 2), names)
     if len(state) != len(names):
         raise SnapshotDataError(_fmt((path, 2)), f"missing fields {sorted(names - state.keys())}")
+    known = names if extra is None else names | extra.keys()
+    if len(fields) != len(fields_set) or not known.issuperset(fields):
+        raise SnapshotDataError(_fmt((path, 3)), f"expected distinct names of fields, got {_show(fields_set)}")
+    return obj
+
+
+def _attributes(d: _Decoder, cls: type, src: Any, path: Any) -> dict:
+    """Decode instance attributes that go to __dict__ as they are: none may hide a method of the
+    class (an attribute named like a method is what calling that method would call)."""
+    if type(src) is dict and src:
+        name = _hidden_method(cls, src)
+        if name is not None:
+            problem = f"an attribute that would hide the method {cls.__qualname__}.{name}"
+            raise SnapshotDataError(_fmt((path, name)), problem)
+    return d.fill({}, src, path)
+
+
+def _dec_plain(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    """An instance of a plain class: made by object.__new__, its __dict__ and slots filled directly
+    (no __init__, no __setattr__ of the class)."""
+    _shape(x, path, 2, 3)
+    cls = d.cls(x[1], (path, 1), _PLAIN)
+    obj = d.shell(x, slot, _call(path, object.__new__, cls))
+    attributes = _attributes(d, cls, x[2], (path, 2))
+    if attributes:
+        try:
+            object.__getattribute__(obj, "__dict__").update(attributes)
+        except AttributeError:
+            raise SnapshotDataError(_fmt((path, 2)), f"{cls.__qualname__} instances have no __dict__") from None
+    if len(x) == 4:
+        members = slot_members(cls)
+        for name, value in d.fill({}, x[3], (path, 3), members).items():
+            members[name].__set__(obj, value)
     return obj
 
 
 def _dec_dataclass(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    """Fields set with object.__setattr__ (no __init__, no __post_init__, no __setattr__ of the class)."""
     _shape(x, path, 2, 3)
     cls = d.cls(x[1], (path, 1), _DATACLASS)
+    if cls not in d.instances:
+        d.instances |= {cls}
     obj = d.shell(x, slot, _call(path, object.__new__, cls))
     for name, value in d.fill({}, x[2], (path, 2), _dataclass_fields(cls)).items():
         object.__setattr__(obj, name, value)
     if len(x) == 4:
-        if not hasattr(obj, "__dict__"):
-            raise SnapshotDataError(_fmt((path, 3)), f"{cls.__qualname__} instances have no __dict__")
-        d.fill(obj.__dict__, x[3], (path, 3))
+        try:
+            state = object.__getattribute__(obj, "__dict__")
+        except AttributeError:
+            raise SnapshotDataError(_fmt((path, 3)), f"{cls.__qualname__} instances have no __dict__") from None
+        state.update(_attributes(d, cls, x[3], (path, 3)))
     return obj
 
 
-def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseException:
+# BaseException's own descriptors: set through them, no __setattr__ of a user class runs.
+_EXC_ARGS = BaseException.__dict__["args"]
+_EXC_DICT = BaseException.__dict__["__dict__"]
+_EXC_LINKS = ((4, BaseException.__dict__["__cause__"]), (5, BaseException.__dict__["__context__"]))
+_EXC_SUPPRESS = BaseException.__dict__["__suppress_context__"]
+
+
+def _builtin_base(cls: type) -> type:
+    return next(c for c in cls.__mro__ if c.__module__ == "builtins")
+
+
+def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> Exception:
+    """Only Exception subclasses (see _not_an_exception). A builtin class is called with its args
+    (checked where its C code trusts them); a user class is made by its builtin base's __new__,
+    with no __new__ or __init__ of its own, its attributes going back to __dict__ as they are."""
     _shape(x, path, 7)
     cls = d.cls(x[1], (path, 1), _EXCEPTION)
-    args = d.items(_want(x[2], list, path, 2, "a list of args"), (path, 2), 0)
+    problem = _not_an_exception(cls)
+    if problem is not None:
+        raise SnapshotDataError(_fmt((path, 1)), f"{problem}; only Exception subclasses travel")
+    d.charge(len(_want(x[2], list, path, 2, "a list of args")), (path, 2))
+    args = d.items(x[2], (path, 2), 0)
     keywords = d.fill({}, x[7], (path, 7))
     if cls.__module__ == "builtins":
         if issubclass(cls, OSError) and keywords:  # OSError(errno, strerror, filename, winerror, filename2)
@@ -419,19 +713,28 @@ def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseExc
                 raise SnapshotDataError(_fmt((path, 7)), "expected filename(s) with args (errno, strerror)")
             args = [*args, keywords.get("filename"), None, keywords.get("filename2")]
             keywords = {}
+        problem = _exception_args_problem(cls, args)
+        if problem is not None:
+            raise SnapshotDataError(_fmt((path, 2)), f"{cls.__qualname__} args: {problem}")
         obj = _call(path, cls, *args, **keywords)
     else:  # a user class: no __init__, like dataclasses; its attributes come back through __dict__
         if keywords:
             raise SnapshotDataError(_fmt((path, 7)), "keywords are for builtin exceptions only")
-        obj = _call(path, cls.__new__, cls, *args)
-        obj.args = tuple(args)
+        obj = _call(path, _builtin_base(cls).__new__, cls, *args)
+        _EXC_ARGS.__set__(obj, tuple(args))
+    if type(obj) is not cls:  # OSError(2, ...) is a FileNotFoundError: the class named is the class restored
+        problem = f"these args make a {type(obj).__qualname__}, not a {cls.__qualname__}"
+        raise SnapshotDataError(_fmt((path, 2)), problem)
     published = d.late(x, slot, obj)
     if published is not obj:
         return published  # built already, inside a cycle through its args
-    d.fill(obj.__dict__, x[3], (path, 3))
-    for i, attr in ((4, "__cause__"), (5, "__context__")):
-        _call((path, i), setattr, obj, attr, d.val(x[i], (path, i)))
-    obj.__suppress_context__ = _want(x[6], bool, path, 6, "true or false")
+    _EXC_DICT.__get__(obj).update(_attributes(d, cls, x[3], (path, 3)))
+    for i, link in _EXC_LINKS:
+        value = d.val(x[i], (path, i))
+        if isinstance(value, BaseException) and not isinstance(value, Exception):  # not from "x": see above
+            raise SnapshotDataError(_fmt((path, i)), f"expected an Exception or null, got {_show(value)}")
+        _call((path, i), link.__set__, obj, value)
+    _EXC_SUPPRESS.__set__(obj, _want(x[6], bool, path, 6, "true or false"))
     return obj
 
 
@@ -441,13 +744,20 @@ _SEQ_ITER_PARTS = _parts((_ITER_SOURCES, "a sequence"), _INT, optional=1)
 
 def _dec_dict_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     (left,) = _DICT_ITER_PARTS(d, x, path)
-    if x[0] == "DK":
-        return _call(path, lambda: iter(dict.fromkeys(left)))
+    where = (path, 1)
     if x[0] == "DV":
         return iter(dict(enumerate(left)).values())
-    if not all(type(item) is tuple and len(item) == 2 for item in left):
-        raise SnapshotDataError(_fmt((path, 1)), "expected (key, value) pairs")
-    return _call(path, lambda: iter(dict(left).items()))
+    if x[0] == "DK":
+        keys = left
+    elif not all(type(item) is tuple and len(item) == 2 for item in left):
+        raise SnapshotDataError(_fmt(where), "expected (key, value) pairs")
+    else:
+        keys = [key for key, _ in left]
+    d.hashable(keys, path, lambda i: (where, i + 1), "keys")
+    out = _call(path, dict.fromkeys, keys) if x[0] == "DK" else _call(path, dict, left)
+    if len(out) != len(keys):
+        raise d.repeated(keys, lambda i: (where, i + 1), "the key")
+    return iter(out) if x[0] == "DK" else iter(out.items())
 
 
 def _dec_seq_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
@@ -465,8 +775,28 @@ def _dec_seq_iter(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     return it
 
 
+def _iterators(values: list, path: Any, start: int) -> list:
+    """What enumerate, zip, map and filter run over are iterators (their __reduce__ gives nothing
+    else): an object that is not one, but whose class defines __iter__ in Python (a model, say), is
+    refused, so that making them calls no __iter__ but an iterator's own."""
+    for i, value in enumerate(values):
+        mro = type(value).__mro__
+        if not any("__next__" in vars(c) for c in mro):
+            if any("__iter__" in vars(c) for c in mro if c.__module__ != "builtins"):
+                problem = f"expected an iterator, got a {type(value).__qualname__} (its __iter__ is not run)"
+                raise SnapshotDataError(_fmt((path, i + start)), problem)
+    return values
+
+
+def _dec_enumerate(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 2)
+    source, count = d.items(x, path, 1)
+    _iterators([source], path, 1)
+    return _call(path, enumerate, source, count)
+
+
 def _dec_call(fn: Callable, low: int, high: int) -> Callable:
-    """enumerate, count, repeat: call the builtin with the decoded arguments."""
+    """count, repeat: call the builtin with the decoded arguments."""
 
     def handler(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
         _shape(x, path, low, high)
@@ -477,7 +807,8 @@ def _dec_call(fn: Callable, low: int, high: int) -> Callable:
 
 def _dec_zip(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     _shape(x, path, 1, math.inf)
-    return _call(path, zip, *d.items(x, path, 2), strict=_want(x[1], bool, path, 1, "true or false"))
+    strict = _want(x[1], bool, path, 1, "true or false")
+    return _call(path, zip, *_iterators(d.items(x, path, 2), path, 2), strict=strict)
 
 
 def _dec_chain(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
@@ -493,7 +824,7 @@ def _dec_mapped(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     kind, name = (map, x[1]) if x[0] == "mp" else (filter, x[1])
     if not ((name is None and kind is filter) or (type(name) is str and name in _SAFE_FUNCS)):
         raise SnapshotDataError(_fmt((path, 1)), f"not a function that may travel: {_show(name)}")
-    return _call(path, kind, _SAFE_FUNCS.get(name), *d.items(x, path, 2))
+    return _call(path, kind, _SAFE_FUNCS.get(name), *_iterators(d.items(x, path, 2), path, 2))
 
 
 def _dec_extension(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
@@ -509,32 +840,33 @@ _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
     "d": _dec_pairs,
     "u": lambda d, x, path, slot: tuple(d.items(x, path, 1)),
     "s": _dec_set,
-    "fs": lambda d, x, path, slot: _call(path, frozenset, d.items(x, path, 1)),
+    "fs": _dec_frozenset,
     "f": _simple(_NONFINITE.__getitem__, _TEXT),
-    "i": _simple(lambda text: int(text, 16), _TEXT),
+    "i": _dec_int,
     "b": _simple(_b64decode, _TEXT),
     "ba": _simple(lambda text: bytearray(_b64decode(text)), _TEXT),
     "dt": _dec_clock(datetime),
     "tm": _dec_clock(time),
-    "da": _simple(date.fromisoformat, _TEXT),
+    "da": _dec_date,
     "td": _simple(timedelta, _INT, _INT, _INT),
     "tz": _dec_timezone,
     "zi": _dec_zoneinfo,
     "dec": _simple(Decimal, _TEXT),
     "uu": _simple(lambda text: uuid.UUID(hex=text), _TEXT),
-    "fr": _simple(Fraction, _INT, _INT),
+    "fr": _dec_fraction,
     "c": _simple(complex, _REAL, _REAL),
     "rg": _simple(range, _INT, _INT, _INT),
     "e": _dec_enum,
     "m": _dec_model,
     "dc": _dec_dataclass,
+    "o": _dec_plain,
     "x": _dec_exception,
     "I": _dec_seq_iter,
     "R": _dec_seq_iter,
     "DK": _dec_dict_iter,
     "DV": _dec_dict_iter,
     "DI": _dec_dict_iter,
-    "en": _dec_call(enumerate, 2, 2),
+    "en": _dec_enumerate,
     "zp": _dec_zip,
     "cn": _dec_call(itertools.count, 1, 2),
     "rp": _dec_call(itertools.repeat, 1, 2),
@@ -548,8 +880,16 @@ _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
 _GRAPH_FIELDS = frozenset({"roots", "objects"})
 
 
-def decode(data: Any, *, allowed_modules: frozenset[str], extension: DecodeExtension | None = None) -> dict[str, Any]:
-    """Rebuild the roots from what `encode` made (after any JSON round trip); see the module docstring."""
+def decode(
+    data: Any,
+    *,
+    classes: ClassResolver,
+    extension: DecodeExtension | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
+) -> dict[str, Any]:
+    """Rebuild the roots from what `encode` made (after any JSON round trip); see the module docstring.
+    `classes(ref)` gives the class a "module:qualname" in the data names, or raises LookupError (see
+    `from_modules`); `limits` bounds the work and memory that the data can ask for (see DecodeLimits)."""
     if type(data) is not dict or data.keys() != _GRAPH_FIELDS:
         raise SnapshotDataError("data", f'expected {{"roots": {{...}}, "objects": [...]}}, got {_show(data)}')
     roots, objects = data["roots"], data["objects"]
@@ -557,14 +897,19 @@ def decode(data: Any, *, allowed_modules: frozenset[str], extension: DecodeExten
         raise SnapshotDataError("roots", f"expected an object, got {_show(roots)}")
     if type(objects) is not list:
         raise SnapshotDataError("objects", f"expected a list, got {_show(objects)}")
-    d = _Decoder(objects, frozenset(allowed_modules), extension)
+    if type(limits) is not DecodeLimits:
+        raise TypeError(f"limits must be a DecodeLimits, got {type(limits).__name__}")
+    d = _Decoder(objects, classes, extension, limits)
+    d.count = len(roots)
     try:
         out = {name: d.val(x, ("roots", name)) for name, x in roots.items()}
         for n in range(d.size):  # entries nothing referred to are still checked
             if d.built[n] is _TODO:
                 d.ref(n, "objects", None)
     except RecursionError:
-        raise SnapshotDataError("data", "nested too deeply to rebuild") from None
+        limit = sys.getrecursionlimit()
+        problem = f"nested too deeply to rebuild within Python's recursion limit ({limit}; see DecodeLimits.max_depth)"
+        raise SnapshotDataError("data", problem) from None
     finally:
         del d.val  # a cycle through the decoder: broken, so it is freed now, not by the garbage collector
     return out

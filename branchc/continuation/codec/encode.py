@@ -22,18 +22,26 @@ from ..errors import NotSerializableError
 from .common import (
     _ATTR,
     _BIG,
+    _EXC_KEYWORDS,
     _INLINE,
     _NEG_BIG,
     _PLAIN,
     _SAFE_NAMES,
     _SEQ_ITERATORS,
+    DEFAULT_LIMITS,
     Extension,
     _dataclass_fields,
+    _exception_args_problem,
+    _flag_problem,
     _fmt,
+    _hidden_method,
     _lookup,
     _model_fields,
+    _not_an_exception,
     _type_name,
     _why_not,
+    plain_class,
+    slot_members,
 )
 
 __all__ = ["BUILTIN_TYPES", "encode"]
@@ -41,14 +49,21 @@ __all__ = ["BUILTIN_TYPES", "encode"]
 _CLASS_REFS: dict[type, str] = {}
 
 
-def _class_ref(t: type, path: Any) -> str:
-    """The "module:qualname" of a class that a restore can find again by name (checked once per class)."""
+def _class_ref(e: _Encoder, t: type, path: Any) -> str:
+    """The "module:qualname" of a class that a restore can find again by name (checked once per class),
+    and that the encoder's class policy lets a snapshot name."""
     ref = _CLASS_REFS.get(t)
     if ref is None:
         if _lookup(sys.modules.get(t.__module__), t.__qualname__) is not t:
             hint = f"define {t.__qualname__} at module level so a restore can find it by name"
             raise NotSerializableError(_fmt(path), _type_name(t), hint)
         ref = _CLASS_REFS[t] = f"{t.__module__}:{t.__qualname__}"
+    if e.classes is not None and t.__module__ != "builtins" and not e.classes(t):
+        hint = (
+            f"a snapshot names only classes that a build records (defined at module level in a module that "
+            f"`branchc compile` compiled) and branchc's own data types; move {t.__qualname__} into such a module"
+        )
+        raise NotSerializableError(_fmt(path), _type_name(t), hint)
     return ref
 
 
@@ -106,9 +121,10 @@ class _Encoder:
     memo; finish() checks that none came twice, else `encode` starts over with the careful pass, which
     memoizes everything. Sharing is rare; the memo is not cheap."""
 
-    __slots__ = ("declines", "enc", "extension", "keep", "memo", "seen", "shared")
+    __slots__ = ("classes", "declines", "enc", "extension", "keep", "memo", "seen", "shared")
 
-    def __init__(self, extension: Extension | None, optimistic: bool) -> None:
+    def __init__(self, extension: Extension | None, optimistic: bool, classes: Any = None) -> None:
+        self.classes = classes  # (type) -> bool: may a snapshot name this class; None: any module-level one
         self.memo: dict[int, Any] = {}  # id -> its JSON (written once, in place) or its table index
         self.shared: list[Any] = []  # the JSON of values met twice; becomes "objects"
         self.keep: list[Any] = []  # temporaries (the codec's and the extension's), so no id() is reused
@@ -234,10 +250,15 @@ def _zoneinfo(e: _Encoder, x: ZoneInfo, path: Any, out: list) -> None:
 
 def _enum(e: _Encoder, x: Enum, path: Any, out: list) -> None:
     cls = type(x)
-    out.append(_class_ref(cls, path))
+    out.append(_class_ref(e, cls, path))
     if cls.__members__.get(x._name_) is not x:
         if not isinstance(x, Flag):
             raise NotSerializableError(_fmt(path), _type_name(cls), "an enum value that is not a member cannot travel")
+        problem = _flag_problem(cls, x._value_)
+        if problem is not None:
+            raise NotSerializableError(
+                _fmt(path), _type_name(cls), f"a restore takes combinations of members only: {problem}"
+            )
         out.append(None)  # a combination of flags has no member name: its value follows
         out.append(e.enc(x._value_, (path, "value", _ATTR)))
     else:
@@ -246,7 +267,7 @@ def _enum(e: _Encoder, x: Enum, path: Any, out: list) -> None:
 
 def _model(e: _Encoder, x: BaseModel, path: Any, out: list) -> None:
     """The pydantic state as it is (no dump, no validation): fields, fields_set, extra, private."""
-    out.append(_class_ref(type(x), path))
+    out.append(_class_ref(e, type(x), path))
     names = _model_fields(type(x))
     state = x.__dict__
     if len(state) != len(names):  # other keys are cached_property values: left to recompute
@@ -259,9 +280,17 @@ def _model(e: _Encoder, x: BaseModel, path: Any, out: list) -> None:
         out.append(None if private is None else e.fields(private, path))
 
 
+def _hides_method(x: Any, names: Any, path: Any) -> None:
+    """Refuse instance attributes that would hide a method (a restore refuses them: see decode)."""
+    name = _hidden_method(type(x), names)
+    if name is not None:
+        hint = f"its attribute {name!r} hides the method of that name; rename the attribute"
+        raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
+
+
 def _dataclass(e: _Encoder, x: Any, path: Any, out: list) -> None:
     """Field values (slots or __dict__), then any other instance attributes; no __init__ on restore."""
-    out.append(_class_ref(type(x), path))
+    out.append(_class_ref(e, type(x), path))
     state = {}
     for name in _dataclass_fields(type(x)):
         try:
@@ -272,25 +301,46 @@ def _dataclass(e: _Encoder, x: Any, path: Any, out: list) -> None:
     out.append(e.fields(state, path))
     extra = {k: v for k, v in getattr(x, "__dict__", {}).items() if k not in state}
     if extra:
+        _hides_method(x, extra, path)
         out.append(e.fields(extra, path))
 
 
-# Builtin exception attributes that args do not imply, restored as keywords (OSError: positional).
-_EXC_KEYWORDS = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)))
-_EXC_KEYWORDS += ((AttributeError, ("name",)),)
+def _plain_object(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    """[cls, {attributes}, {slots}]: an instance of a plain class (a context manager, say), by its state."""
+    out.append(_class_ref(e, type(x), path))
+    try:
+        attributes = dict(object.__getattribute__(x, "__dict__"))
+    except AttributeError:
+        attributes = {}
+    _hides_method(x, attributes, path)
+    slots = {}
+    for name, member in slot_members(type(x)).items():
+        try:
+            slots[name] = member.__get__(x, type(x))
+        except AttributeError:  # an unset slot stays unset
+            pass
+    e.keep.append(slots)
+    out.append(e.fields(attributes, path))
+    if slots:
+        out.append(e.fields(slots, path))
 
 
 def _exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
     """[cls, [args], {attributes}, cause, context, suppress_context, {keywords}]; the traceback is dropped."""
     cls = type(x)
-    out.append(_class_ref(cls, path))
+    out.append(_class_ref(e, cls, path))
     args: list = []
     e.items(x.args, (path, "args", _ATTR), args)
     keywords = {}
     if cls.__module__ == "builtins":
+        problem = _exception_args_problem(cls, x.args)
+        if problem is not None:
+            raise NotSerializableError(_fmt(path), _type_name(cls), f"its args cannot be trusted on restore: {problem}")
         for base, names in _EXC_KEYWORDS:
             if isinstance(x, base):
                 keywords = {k: getattr(x, k) for k in names if getattr(x, k) is not None}
+    if x.__dict__:
+        _hides_method(x, x.__dict__, path)
     out += [
         args,
         e.fields(x.__dict__, path),  # __notes__ is one of them
@@ -299,6 +349,20 @@ def _exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
         x.__suppress_context__,
         e.fields(keywords, path),
     ]
+
+
+def _base_exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
+    """SystemExit, KeyboardInterrupt, GeneratorExit, ...: refused (a restore refuses them too)."""
+    hint = f"{_not_an_exception(type(x))}; handle it before the yield, or keep only what you need of it"
+    raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
+
+
+def _big_int(e: _Encoder, x: int, path: Any, out: list) -> None:
+    """An int too big for JSON (sys.int_max_str_digits) travels in hex, up to what a restore takes."""
+    if x.bit_length() > DEFAULT_LIMITS.max_int_bits:
+        hint = f"it has {x.bit_length():,} bits, and a restore takes up to {DEFAULT_LIMITS.max_int_bits:,}"
+        raise NotSerializableError(_fmt(path), "big int", f"{hint} (DecodeLimits.max_int_bits); make it bytes or str")
+    out.append(format(x, "x"))
 
 
 def _reduce(e: _Encoder, x: Any, path: Any) -> tuple:
@@ -382,7 +446,7 @@ _ENCODERS: dict[type, _Enc] = {
     tuple: _Enc("u", lambda e, x, path, out: e.items(x, path, out)),
     set: _Enc("s", _set_items),
     frozenset: _Enc("fs", _set_items),
-    int: _Enc("i", lambda e, x, path, out: out.append(format(x, "x"))),
+    int: _Enc("i", _big_int),
     bytes: _Enc("b", _b64),
     bytearray: _Enc("ba", _b64),
     datetime: _Enc("dt", _clock),
@@ -416,27 +480,30 @@ def _encoder_for(t: type) -> _Enc | None:
     if issubclass(t, Enum):
         handler = _Enc("e", _enum)
     elif issubclass(t, BaseException):
-        handler = _Enc("x", _exception)
+        handler = _Enc("x", _exception if _not_an_exception(t) is None else _base_exception)
     elif issubclass(t, BaseModel):
         handler = _Enc("m", _model)
     elif dataclasses.is_dataclass(t) and t.__new__ is object.__new__:
         handler = _Enc("dc", _dataclass)
+    elif plain_class(t):
+        handler = _Enc("o", _plain_object)
     else:
         return None
     _ENCODERS[t] = handler
     return handler
 
 
-def encode(roots: dict[str, Any], *, extension: Extension | None = None) -> dict:
-    """Encode named root values as one object graph; json.dumps of the result always succeeds."""
+def encode(roots: dict[str, Any], *, extension: Extension | None = None, classes: Any = None) -> dict:
+    """Encode named root values as one object graph; json.dumps of the result always succeeds.
+    `classes(cls) -> bool` says which classes the data may name (by default any at module level)."""
     try:
-        return _encode(roots, extension, optimistic=True)
+        return _encode(roots, extension, optimistic=True, classes=classes)
     except _Again:
-        return _encode(roots, extension, optimistic=False)
+        return _encode(roots, extension, optimistic=False, classes=classes)
 
 
-def _encode(roots: dict[str, Any], extension: Extension | None, optimistic: bool) -> dict:
-    e = _Encoder(extension, optimistic)
+def _encode(roots: dict[str, Any], extension: Extension | None, optimistic: bool, classes: Any) -> dict:
+    e = _Encoder(extension, optimistic, classes)
     out = {}
     try:
         for name, value in roots.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import _BIG, _INLINE, _NEG_BIG
+from .common import _BIG, _INLINE, _NEG_BIG, DEFAULT_LIMITS, DecodeLimits
 from .decode import _SCALARS
 from .encode import _tree
 
@@ -61,30 +61,42 @@ def encode_plain(values: dict[str, Any], extras: dict[type, dict] | None = None)
     return out if len(set(seen)) == len(seen) else None
 
 
-def decode_plain(values: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def decode_plain(
+    values: dict[str, Any], extras: dict[str, Any] | None = None, *, limits: DecodeLimits = DEFAULT_LIMITS
+) -> dict[str, Any] | None:
     """What `decode` would rebuild from these roots (with no "objects"), when all are plain; else
-    None. `extras` maps the tag of an extension entry that has no other field to its object."""
+    None. `extras` maps the tag of an extension entry that has no other field to its object.
+    Within the same `limits` as `decode` (past one: None, and `decode` says which)."""
     out = {}
+    room = [limits.max_values - len(values), limits.max_depth]  # values left, the deepest level allowed
     try:
         for k, v in values.items():
-            out[k] = v if type(v) in _SCALARS else _unplain(v, extras)
+            out[k] = v if type(v) in _SCALARS else _unplain(v, extras, room, 1)
     except (_NotPlain, RecursionError):
         return None
     return out
 
 
-def _unplain(x: Any, extras: dict[str, Any] | None) -> Any:
+def _unplain(x: Any, extras: dict[str, Any] | None, room: list[int], level: int) -> Any:
+    # Counts as `decode` does: len() of every JSON list and object, the level of every one, but
+    # for the dicts of scalars inside a list (copied whole by both: one value each, no level).
     t = type(x)
     if t in _SCALARS:
         return x
+    if (t is not dict and t is not list) or level > room[1]:
+        raise _NotPlain
+    room[0] -= len(x)
+    if room[0] < 0:
+        raise _NotPlain
     if t is dict:
         if "$" in x:
             raise _NotPlain
         for v in x.values():
             if type(v) not in _SCALARS:
-                return {k: v if type(v) in _SCALARS else _unplain(v, extras) for k, v in x.items()}
+                level += 1
+                return {k: v if type(v) in _SCALARS else _unplain(v, extras, room, level) for k, v in x.items()}
         return x.copy()
-    if t is not list or not x or type(x[0]) is not str:
+    if not x or type(x[0]) is not str:
         raise _NotPlain
     tag = x[0]
     if tag == "l":
@@ -92,6 +104,7 @@ def _unplain(x: Any, extras: dict[str, Any] | None) -> Any:
         append = out.append
         items = iter(x)
         next(items)  # the tag
+        level += 1
         for v in items:
             if type(v) is dict:  # a dict of scalars (a message, say), inline
                 if "$" not in v:
@@ -104,14 +117,15 @@ def _unplain(x: Any, extras: dict[str, Any] | None) -> Any:
             elif type(v) in _SCALARS:
                 append(v)
                 continue
-            append(_unplain(v, extras))
+            append(_unplain(v, extras, room, level))
         return out
     if tag == "I" and len(x) == 3:
         source, position = x[1], x[2]
-        if type(source) is list and len(source) == 4 and type(position) is int:
+        if type(source) is list and len(source) == 4 and type(position) is int and level < room[1]:
             rg, start, stop, step = source  # exact types: a str subclass is no tag to `decode`, a bool no int
             if type(rg) is str and rg == "rg" and type(start) is int and type(stop) is int and type(step) is int:
-                if step:
+                room[0] -= 4
+                if step and room[0] >= 0:
                     it = iter(range(start, stop, step))
                     try:
                         it.__setstate__(position)

@@ -1,0 +1,77 @@
+"""Pass 4, bindings: which callables the code itself can put into each variable.
+
+A snapshot that comes from outside is untrusted: a forged one could swap a value the
+resumed code will call (say the spilled callee of `answers.append((yield))`) for some
+other function. So the manifest records, per variable, what the compiled code can bind
+there that is callable but not compiled code: a method it took from an object
+(`x = obj.name`, and the spilled callee above), a global or builtin it named
+(`print(a, (yield))` spills `print`), the `__exit__` of a `with` manager. A resume
+restores such a value only into a variable that can hold it, rebuilding it from the
+object or the name, never from a reference in the data.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .cst import walk
+
+__all__ = ["callable_bindings"]
+
+Binding = tuple[str, str]  # ("attr", name) | ("global", name) | ("special", "__exit__")
+
+
+class _Assignments(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.direct: dict[str, set[Binding]] = {}
+        self.copies: dict[str, set[str]] = {}  # x = y: x can hold what y holds
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # another scope
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.bind(target.target.value, node.value)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        if isinstance(node.target, cst.Name):
+            self.bind(node.target.value, node.value)
+
+    def bind(self, variable: str, value: cst.BaseExpression) -> None:
+        if isinstance(value, cst.Attribute):
+            self.direct.setdefault(variable, set()).add(("attr", value.attr.value))
+        elif isinstance(value, cst.Name) and value.value not in ("None", "True", "False"):
+            self.copies.setdefault(variable, set()).add(value.value)
+
+
+def callable_bindings(
+    statements: list[cst.BaseStatement], local_names: set[str], exits: list[str]
+) -> dict[str, list[list[str]]]:
+    """Variable -> the callables the code can bind to it, as ["attr", name], ["global", name] or
+    ["special", "__exit__"] (for `exits`, the variables holding a `with` manager's exit)."""
+    found = _Assignments()
+    for statement in statements:
+        walk(statement, found)
+    bindings: dict[str, set[Binding]] = {name: set(kinds) for name, kinds in found.direct.items()}
+    for variable in exits:
+        bindings.setdefault(variable, set()).add(("special", "__exit__"))
+    for variable, sources in found.copies.items():
+        for source in sources - local_names:
+            bindings.setdefault(variable, set()).add(("global", source))
+    changed = True
+    while changed:  # x = y copies what y can hold (to a fixed point)
+        changed = False
+        for variable, sources in found.copies.items():
+            for source in sources & local_names:
+                extra = bindings.get(source, set()) - bindings.get(variable, set())
+                if extra:
+                    bindings.setdefault(variable, set()).update(extra)
+                    changed = True
+    return {name: sorted(map(list, kinds)) for name, kinds in sorted(bindings.items()) if name in local_names}
