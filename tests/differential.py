@@ -10,14 +10,20 @@ chain), plus everything emitted. The same trace must come out of:
 - the native generator,
 - the compiled generator,
 - the compiled generator snapshotted and resumed before every operation, either
-  in process (raw state), or through JSON (`json.dumps` / `json.loads`).
+  in process (raw state), or through JSON (`json.dumps` / `json.loads`); the original is
+  then released (`branchc.release`), as a run that goes on elsewhere lets go of it, so
+  none of its cleanup runs (a raw copy shares the original's objects: the originals are
+  released when the trace ends).
 
 A `with` statement whose line carries the comment CANNOT_TRAVEL uses a context manager that
 cannot travel in a snapshot (one holding a lock, say). Before an operation at which the native
-generator is suspended inside such a block, the snapshot modes must refuse the snapshot: raise
+generator is suspended inside such a block, the JSON mode must refuse the snapshot: raise
 NotSerializableError (or another TypeError) whose message names the line of that `with`
 ("<file>:LINE" or "line LINE"); the operation then runs on the generator as it is, and the
-trace goes on. The compiled mode, without snapshots, must still give the native trace.
+trace goes on. The raw mode copies values in process, so it takes them (the manager's exit
+then runs once, in the resumed copy). A snapshot of a generator that keeps a BaseException
+that is not an Exception across a yield (a GeneratorExit pending in a finally that yields
+while closing) is refused by design; the snapshot modes then go on without one at that step.
 """
 
 from __future__ import annotations
@@ -154,23 +160,29 @@ def trace(
     """The trace of `script` in one mode. In the native mode, `untravelable` (a list to fill, if given)
     gets, before each operation, the marked `with` lines the generator is suspended inside; in the
     snapshot modes, `untravelable` (that list) says where the snapshot must be refused instead."""
+    from branchc import release
+
     module = load(source, compiled=mode != "native")
     log = _fresh_namespace(module)
     generator = module.gen(*args)
     out: list[Any] = []
-    kept = []  # snapshotted generators stay referenced: collecting one would run its finally blocks
+    kept: list[Any] = []
     blocks = _untravelable_blocks(source) if mode == "native" and untravelable is not None else []
     for index, op in enumerate(script):
         problem = None
         if mode == "native" and untravelable is not None:
             untravelable.append(_untravelable_at(generator, blocks))
-        refuse = untravelable[index] if mode in ("raw", "json") and untravelable else ()
+        refuse = untravelable[index] if mode == "json" and untravelable else ()  # raw mode copies in process
         if refuse:
-            kept.append(generator)
-            problem, generator = _refusal_problem(generator, mode, refuse)
+            problem, resumed = _refusal_problem(generator, mode, refuse)
         elif mode in ("raw", "json"):
-            kept.append(generator)
-            generator = _reload(generator, mode)
+            resumed = _reload_unless_base_exception(generator, mode)
+        if mode in ("raw", "json") and resumed is not generator:
+            if mode == "json":
+                release(generator)  # the run goes on in the resumed copy: the original lets go, running nothing
+            else:
+                kept.append(generator)  # a raw copy shares the original's objects: let go of it at the end
+            generator = resumed
         try:
             if op[0] == "next":
                 result = ("yield", repr(next(generator)))
@@ -190,12 +202,24 @@ def trace(
         if problem is not None:
             result = ("snapshot", problem, result)
         out.append((op, result, [_logged(value) for value in log]))
-    for old in kept:  # the trace is done: let the snapshotted originals finish quietly
-        try:
-            old.close()
-        except BaseException:
-            pass
+    for old in kept:
+        if old.gi_frame is not None and not old.gi_running:
+            release(old)
     return out
+
+
+def _reload_unless_base_exception(generator: Any, mode: str) -> Any:
+    """`_reload`, except where the generator keeps a BaseException that is not an Exception across its
+    yield (a GeneratorExit pending in a finally that yields while closing, say): a snapshot refuses
+    those by design (resumed code must not raise them), so the trace goes on without one there."""
+    from branchc.continuation.errors import NotSerializableError
+
+    try:
+        return _reload(generator, mode)
+    except NotSerializableError as error:
+        if "is a BaseException but not an Exception" not in str(error):
+            raise
+        return generator
 
 
 def check(source: str, script: list[tuple], args: tuple = (), modes: tuple[str, ...] = MODES[1:]) -> None:

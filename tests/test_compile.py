@@ -289,3 +289,67 @@ def test_compile_refuses_what_check_refuses(tmp_path: Path) -> None:
     missing = branchc("compile", str(tmp_path / "nope"), "-o", str(tmp_path / "out"))
     assert missing.returncode == 1
     assert "nope: no such file or folder" in missing.stderr
+
+
+DEEP = {
+    "loops": "\n".join(
+        ["from branchc import resumable", "", "@resumable", "def gen():"]
+        + [f"{'    ' * (depth + 1)}for v{depth} in range(1):" for depth in range(14)]
+        + [f"{'    ' * 15}try:", f"{'    ' * 16}yield 1", f"{'    ' * 15}finally:", f"{'    ' * 16}yield 2"]
+    )
+    + "\n",
+    "finally": "\n".join(
+        ["from branchc import resumable", "", "@resumable", "def gen():"]
+        + [f"{'    ' * (depth + 1)}try:" for depth in range(11)]
+        + [f"{'    ' * 12}yield 0"]
+        + [
+            line
+            for depth in reversed(range(11))
+            for line in (f"{'    ' * (depth + 1)}finally:", f"{'    ' * (depth + 2)}yield {depth}")
+        ]
+    )
+    + "\n",
+    "expression": "from branchc import resumable\n\n@resumable\ndef gen():\n    return "
+    + " + ".join(["(yield)"] + ["1"] * 800)
+    + "\n",
+}
+
+
+@pytest.mark.parametrize("kind", ["loops", "finally"])
+def test_check_and_compile_agree_on_what_is_too_deep(kind: str, tmp_path: Path) -> None:
+    """What CPython compiles but the compiled form cannot (it nests more static blocks) is one error,
+    on the source, from check and from compile alike: never a SyntaxError at import."""
+    deep = tmp_path / "deep.py"
+    deep.write_text(DEEP[kind])
+    checked = branchc("check", str(deep))
+    compiled = branchc("compile", str(deep), "-o", str(tmp_path / "out"))
+    assert checked.returncode == compiled.returncode == 1
+    line = next(line for line in checked.stderr.splitlines() if ": error: " in line)
+    assert line.startswith(f"{deep}:") and "too many statically nested blocks" in line and "allows 20" in line
+    assert line in compiled.stderr
+    assert "Traceback" not in checked.stderr + compiled.stderr
+
+
+def test_a_long_expression_with_a_yield_compiles_and_runs(tmp_path: Path) -> None:
+    """800 terms nest deeper than Python's default recursion limit lets LibCST walk; CPython compiles it."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "deep.py").write_text(DEEP["expression"])
+    assert branchc("check", str(tmp_path / "src")).returncode == 0
+    assert branchc("compile", str(tmp_path / "src"), "-o", str(tmp_path / "out")).returncode == 0
+    done = python(
+        "from deep import gen\ng = gen()\nnext(g)\ntry:\n    g.send(5)\n"
+        "except StopIteration as s:\n    print(s.value)\n",
+        path=tmp_path / "out",
+        cwd=tmp_path,
+    )
+    assert done.stdout.strip() == "805", done.stderr
+
+
+def test_names_of_the_compiler_are_reserved(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from branchc import resumable\n\n_bc_rt = None\n\n@resumable\ndef gen():\n    yield 1\n")
+    done = branchc("check", str(bad))
+    assert done.returncode == 1
+    assert f"{bad}:3:1: error: '_bc_rt': names that start with '_bc_' are reserved for branchc's compiled code" in (
+        done.stderr
+    )

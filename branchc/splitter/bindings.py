@@ -22,9 +22,33 @@ Binding = tuple[str, str]  # ("attr", name) | ("global", name) | ("special", "__
 
 
 class _Assignments(cst.CSTVisitor):
-    def __init__(self) -> None:
+    """Assignments to names in one scope. Statements are walked by hand (most of a body is
+    expressions, which only an assignment expression `(x := obj.m)` makes worth a visit)."""
+
+    def __init__(self, walrus: bool) -> None:
         self.direct: dict[str, set[Binding]] = {}
         self.copies: dict[str, set[str]] = {}  # x = y: x can hold what y holds
+        self.walrus = walrus
+
+    def statements(self, statements) -> None:
+        for statement in statements:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assign):
+                        for target in small.targets:
+                            if isinstance(target.target, cst.Name):
+                                self.bind(target.target.value, small.value)
+                    if self.walrus:
+                        walk(small, self)
+                continue
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue  # another scope
+            if self.walrus:
+                for part in ("test", "iter", "subject"):
+                    if getattr(statement, part, None) is not None:
+                        walk(getattr(statement, part), self)
+            for part in ("body", "orelse", "finalbody", "handlers", "cases"):
+                self.statements(_blocks(getattr(statement, part, None)))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False  # another scope
@@ -34,11 +58,6 @@ class _Assignments(cst.CSTVisitor):
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                self.bind(target.target.value, node.value)
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
         if isinstance(node.target, cst.Name):
@@ -51,14 +70,26 @@ class _Assignments(cst.CSTVisitor):
             self.copies.setdefault(variable, set()).add(value.value)
 
 
+def _blocks(part) -> list:
+    """The statements under a body, orelse, finalbody, handlers or cases field."""
+    if part is None:
+        return []
+    if isinstance(part, (list, tuple)):
+        return [statement for item in part for statement in _blocks(item)]
+    if isinstance(part, cst.BaseSuite):
+        return list(part.body) if isinstance(part, cst.IndentedBlock) else []
+    if isinstance(part, (cst.If, cst.BaseStatement)):
+        return [part]  # an elif
+    return _blocks(getattr(part, "body", None))  # else / finally / except / case
+
+
 def callable_bindings(
-    statements: list[cst.BaseStatement], local_names: set[str], exits: list[str]
+    statements: list[cst.BaseStatement], local_names: set[str], exits: list[str], walrus: bool = True
 ) -> dict[str, list[list[str]]]:
     """Variable -> the callables the code can bind to it, as ["attr", name], ["global", name] or
     ["special", "__exit__"] (for `exits`, the variables holding a `with` manager's exit)."""
-    found = _Assignments()
-    for statement in statements:
-        walk(statement, found)
+    found = _Assignments(walrus)
+    found.statements(statements)
     bindings: dict[str, set[Binding]] = {name: set(kinds) for name, kinds in found.direct.items()}
     for variable in exits:
         bindings.setdefault(variable, set()).add(("special", "__exit__"))

@@ -135,9 +135,11 @@ def _compile_module(source: str, path: str) -> CompiledModule:
     for node, _ in finder.outermost:  # one walk per function: yield counts, and nodes for positions
         positions.indexed[node] = index_function(node, KINDS_NEEDED)
     reporter = Reporter(path, positions)
-    _reserved_names(tree, reporter)
+    if PREFIX in source:
+        _reserved_names(tree, reporter)
     local_names = _original_locals(source, path)
     functions: list[CompiledFunction] = []
+    deepest = 0  # a bound on the static blocks any compiled function nests
     replacements: list[tuple[int, int, list[str], list[int]]] = []  # first line, last line, new text, old lines
     lines = source.splitlines()
     for node, scopes in finder.outermost:
@@ -165,6 +167,7 @@ def _compile_module(source: str, path: str) -> CompiledModule:
         first = min([d.lineno for d in definition.decorator_list] + [definition.lineno])
         last = definition.end_lineno or definition.lineno
         indent = lines[definition.lineno - 1][: where.start.column]
+        deepest = max(deepest, _block_depth(compiled.body.body))
         text = generate(module, compiled.with_changes(leading_lines=())).rstrip("\n").split("\n")
         text = _expand_prologues(text, splitter.prologues)
         replacements.append(
@@ -175,11 +178,48 @@ def _compile_module(source: str, path: str) -> CompiledModule:
     if not functions:
         return CompiledModule(path, source, [], reporter.diagnostics, {}, classes)
     code, line_map = _splice(lines, replacements, _header_line(tree), _header(functions, classes))
-    _check_generated(code, line_map, path)
+    if deepest >= _STATIC_BLOCKS:  # only then can CPython's compiler refuse what the splitter wrote
+        _check_generated(code, line_map, path)
     return CompiledModule(path, code, functions, reporter.diagnostics, line_map, classes)
 
 
-def _check_generated(code: str, line_map: dict[int, tuple[int, int]], path: str) -> None:
+#: CPython's CO_MAXBLOCKS: how many blocks (loops, try, with, handlers) a function may nest.
+_STATIC_BLOCKS = 20
+
+
+def _block_depth(statements) -> int:
+    """An upper bound on how many static blocks CPython's compiler nests for these statements:
+    a loop or `with` body one, a `try` body or a handler body at most two, a finally body one."""
+    deepest = 0
+    for statement in statements:
+        if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            continue
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            deepest = max(deepest, _block_depth(_body(statement)))  # its own frame: counted apart
+            continue
+        if isinstance(statement, cst.If):
+            inner = _block_depth(_body(statement))
+            orelse = statement.orelse
+            inner = max(inner, _block_depth([orelse] if isinstance(orelse, cst.If) else _body(orelse)))
+            deepest = max(deepest, inner)
+        elif isinstance(statement, (cst.For, cst.While, cst.With)):
+            orelse = _body(getattr(statement, "orelse", None))
+            deepest = max(deepest, 1 + _block_depth(_body(statement)), _block_depth(orelse))
+        elif isinstance(statement, (cst.Try, cst.TryStar)):
+            handlers = max((_block_depth(_body(handler)) for handler in statement.handlers), default=0)
+            inner = max(_block_depth(_body(statement)), handlers, _block_depth(_body(statement.orelse)))
+            deepest = max(deepest, 3 + inner, 1 + _block_depth(_body(statement.finalbody)))
+        elif isinstance(statement, cst.Match):
+            deepest = max(deepest, *(_block_depth(_body(case)) for case in statement.cases))
+    return deepest
+
+
+def _body(node) -> list:
+    body = getattr(node, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def _check_generated(code: str, line_map: dict[int, tuple[int, int | None]], path: str) -> None:
     """Compile the generated module as the import will, so that `check` reports what `compile`
     would meet: CPython's own limits on the compiled form, placed on the source line."""
     try:
@@ -683,7 +723,7 @@ class _Splitter(cst.CSTTransformer):
         restorable = sorted((local_names | set(params) | hidden) - _INTERNAL - captured_names)
         compiled.restorable = restorable
         exits = [f"_bc_wx{n}" for n in range(1, len(normalizer.withs) + 1)]
-        compiled.binds = callable_bindings(lowered, set(restorable), exits)
+        compiled.binds = callable_bindings(lowered, set(restorable), exits, walrus=text is None or ":=" in text)
         for n, with_node in enumerate(normalizer.withs, start=1):
             with_line = reporter.where(self.origin.get(with_node, with_node))[0]
             what = f"the context manager of the `with` at line {with_line}"
