@@ -58,11 +58,13 @@ def _exc(error: BaseException | None, depth: int = 0) -> Any:
 
 def _logged(value: Any) -> Any:
     """An emitted value as the trace keeps it: exceptions (which compare by identity) as their _exc,
-    inside tuples and lists too; anything else as it is."""
+    inside tuples, lists and dicts too; anything else as it is."""
     if isinstance(value, BaseException):
         return ("<exception>", _exc(value))
-    if type(value) in (tuple, list) and any(isinstance(item, (BaseException, tuple, list)) for item in value):
+    if type(value) in (tuple, list):
         return type(value)(_logged(item) for item in value)
+    if type(value) is dict:
+        return {key: _logged(item) for key, item in value.items()}
     return value
 
 
@@ -143,6 +145,8 @@ def _refusal_problem(generator: Any, mode: str, with_lines: tuple[int, ...]) -> 
         message = str(error)
         if any(re.search(rf"(?::|\bline )\s*{line}(?!\d)", message) for line in with_lines):
             return None, generator
+        if "is a BaseException but not an Exception" in message:
+            return None, generator  # refused by design too (see the module docstring), for what it met first
         named = " or ".join(str(line) for line in with_lines)
         return ("snapshot refused without naming the with at line " + named, _exc(error)), generator
     except BaseException as error:

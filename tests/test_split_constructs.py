@@ -18,6 +18,7 @@ import textwrap
 
 import pytest
 from differential import CANNOT_TRAVEL, check, trace
+from test_split_random import MANAGERS
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
 if importlib.util.find_spec("branchc.continuation.snapshots") is not None:
@@ -60,23 +61,7 @@ class Box:
     d: dict = field(default_factory=lambda: {None: 0, 0: 1, 1: 2})
 """
 
-MANAGER = """
-import contextlib
-from dataclasses import dataclass
-
-@dataclass
-class Manager:
-    name: object
-    suppress: bool = False
-
-    def __enter__(self):
-        emit(("enter", self.name))
-        return self
-
-    def __exit__(self, typ, value, tb):
-        emit(("exit", self.name, typ and typ.__name__))
-        return self.suppress
-"""
+MANAGER = MANAGERS  # the random writer's travelling manager
 
 LOCKED = """
 import threading

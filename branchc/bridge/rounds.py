@@ -151,10 +151,7 @@ async def _halt(ctx: ServerRequestContext, tool: Tool, machine: Machine, error: 
     if machine.released or machine.done:
         return
     with anyio.CancelScope(shield=True):
-        try:
-            machine.halt()
-        except Exception as halting:
-            error.add_note(f"also, while halting the run: {type(halting).__name__}: {halting}")
+        machine.halt_after(error)
         with contextlib.suppress(Exception):
             await _send_outbox(ctx, tool, machine)
 

@@ -169,10 +169,7 @@ class _Run:
                 # the run ends unfinished (the client could not take a log, say): halt it now, so its
                 # finally blocks run once, at their yields, not when the collector closes its generators
                 with anyio.CancelScope(shield=True):
-                    try:
-                        machine.halt()
-                    except Exception as halting:
-                        error.add_note(f"also, while halting the run: {type(halting).__name__}: {halting}")
+                    machine.halt_after(error)
                     with contextlib.suppress(Exception):
                         await self._send_outbox(machine)
                 raise

@@ -496,6 +496,13 @@ class Machine:
             self._halt_branch("0")
         self.ready.clear()
 
+    def halt_after(self, error: BaseException) -> None:
+        """Halt a run that ends unfinished because of `error`; a failure while halting is noted on `error`."""
+        try:
+            self.halt()
+        except Exception as halting:
+            error.add_note(f"also, while halting the run: {type(halting).__name__}: {halting}")
+
     def _halt_waits(self, waits: Any, failure: BaseException) -> None:
         for wait in list(waits):
             try:

@@ -60,6 +60,9 @@ _INTERNAL_NAMES = (
     ("_bc_hv", "(saved name)"),
     ("_bc_rv", "(return value)"),
     ("_bc_case", "(match case)"),
+    ("_bc_wm", "(with manager)"),
+    ("_bc_wx", "(with manager's exit)"),
+    ("_bc_wf", "(with still open)"),
     ("_bc_t", "(partial expression)"),
 )
 

@@ -60,8 +60,9 @@ def _class_ref(e: _Encoder, t: type, path: Any) -> str:
         ref = _CLASS_REFS[t] = f"{t.__module__}:{t.__qualname__}"
     if e.classes is not None and t.__module__ != "builtins" and not e.classes(t):
         hint = (
-            f"a snapshot names only classes that a build records (defined at module level in a module that "
-            f"`branchc compile` compiled) and branchc's own data types; move {t.__qualname__} into such a module"
+            f"a snapshot names only classes defined at module level in the modules `branchc compile` compiled, "
+            f"and branchc's own data types; {t.__qualname__} of {t.__module__} is neither: keep its data instead "
+            f"(convert it before the yield), or define the class in a module of your build"
         )
         raise NotSerializableError(_fmt(path), _type_name(t), hint)
     return ref
