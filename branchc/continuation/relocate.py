@@ -59,9 +59,14 @@ def deeply(function, *args):
         try:
             thread = threading.Thread(target=run, name="branchc-compile")
             thread.start()
+        except RuntimeError:  # no room for such a stack (a memory limit, say): this thread will do
+            thread = None
         finally:
             threading.stack_size(stack)
-        thread.join()
+        if thread is None:
+            run()
+        else:
+            thread.join()
     finally:
         sys.setrecursionlimit(limit)
     ok, value = outcome[0]
