@@ -731,6 +731,47 @@ case(
     [N, T("StopIteration", "x"), T("StopIteration", "y"), N],
 )
 
+case(
+    "unpacking-in-a-call-before-a-yield",
+    """
+    def f(*a, **k):
+        emit(("f", a, sorted(k.items())))
+
+    def said(error):  # without the module, whose name differs between the native and compiled loads
+        return str(error).split(".", 1)[-1] if "argument after" in str(error) else str(error)
+
+    class Keys:
+        def keys(self):
+            emit("keys")
+            return ["z"]
+
+        def __getitem__(self, key):
+            emit(("get", key))
+            return 1
+
+    @resumable
+    def gen():
+        for one, many in [(1, [1, 2]), ({"a": 1}, None), (Keys(), "ab"), (None, 5)]:
+            try:
+                f(**one, k=(yield "k"))
+            except TypeError as error:
+                emit(("kw", said(error)))
+            try:
+                f(*many, (yield "p"))
+            except TypeError as error:
+                emit(("star", said(error)))
+            try:
+                f(*many, k=(yield "q"))
+            except TypeError as error:
+                emit(("star-k", said(error)))
+        try:
+            f(*1, (yield 1))
+        except TypeError as error:
+            emit(("literal", said(error)))
+    """,
+    [N] * 16,
+)
+
 
 @pytest.mark.parametrize(("source", "script", "args"), CASES)
 def test_construct(source, script, args):

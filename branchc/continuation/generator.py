@@ -137,12 +137,11 @@ def _call(function: types.FunctionType, code: types.CodeType, values: dict[str, 
     star = code.co_varnames[index] if code.co_flags & 0x04 else None  # CO_VARARGS
     index += star is not None
     starstar = code.co_varnames[index] if code.co_flags & 0x08 else None  # CO_VARKEYWORDS
-    return function(
-        *(values.get(n) for n in positional),
-        *(values.get(star) or ()),
-        **{n: values.get(n) for n in keyword},
-        **(values.get(starstar) or {}),
-    )
+    rest, named = values.get(star, ()), values.get(starstar, {})
+    # what a frame holds there: a tuple, and a dict of str keys (never an iterator or mapping to run)
+    if type(rest) is not tuple or type(named) is not dict or not all(type(key) is str for key in named):
+        raise TypeError(f"{code.co_qualname}: *{star} must be a tuple and **{starstar} a dict with str keys")
+    return function(*(values.get(n) for n in positional), *rest, **{n: values.get(n) for n in keyword}, **named)
 
 
 # -- reading a suspended generator -------------------------------------------------------------
@@ -219,17 +218,17 @@ def suspended_at(generator: Any) -> dict[str, Any]:
 
 
 class _Releasing(threading.local):
-    depth = 0
+    frames: frozenset[int] = frozenset()  # ids of the frames this thread is releasing
 
 
 _releasing = _Releasing()
 
 
 def on_exit() -> int:
-    """Called by a compiled yield that GeneratorExit reaches: -1 while this thread releases
-    generators (then the frame unwinds running none of the program's code: no label is -1),
-    else 0 (an ordinary close() or throw(GeneratorExit))."""
-    return -1 if _releasing.depth else 0
+    """Called by a compiled yield that GeneratorExit reaches: -1 when its frame is being released
+    (then the frame unwinds running none of the program's code: no label is -1), else 0 (an
+    ordinary close() or throw(GeneratorExit), of this generator or of any other)."""
+    return -1 if id(sys._getframe(1)) in _releasing.frames else 0
 
 
 def release(*generators: types.GeneratorType) -> None:
@@ -250,12 +249,13 @@ def release(*generators: types.GeneratorType) -> None:
             raise ValueError("generator already executing")
     held = _held_generators(generators)
     frames = [generator.gi_frame for generator in held]  # kept: cleared below, once every frame has let go
-    _releasing.depth += 1
+    before = _releasing.frames
+    _releasing.frames = before | {id(frame) for frame in frames if frame is not None}
     try:
         for generator in held:
             generator.close()  # GeneratorExit meets `on_exit() == -1` at the yield: nothing of the program runs
     finally:
-        _releasing.depth -= 1
+        _releasing.frames = before
     for frame in frames:
         if frame is not None:
             frame.clear()  # a frame kept alive by a cycle (a handled exception's traceback) lets go now
@@ -269,14 +269,16 @@ def release_reachable(value: Any) -> None:
 
 
 def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
-    """The compiled generators reachable from `roots` through their variables: containers,
-    objects' attributes, cells, bound methods and `yield from` delegates (the roots first)."""
+    """The compiled generators reachable from `roots` through what a snapshot carries: variables,
+    containers (keys too), objects' attributes and slots, exceptions, cells, bound methods, the
+    functions defined in a compiled body, and `yield from` delegates (the roots first). Nothing of
+    the program runs: attributes are read off __dict__ and slots, not through getattr."""
     found: list[types.GeneratorType] = []
     seen: set[int] = set()
     stack: list[Any] = list(reversed(roots))
     while stack:
         value = stack.pop()
-        if id(value) in seen:
+        if id(value) in seen or value is None or type(value) in _SCALARS:
             continue
         seen.add(id(value))
         kind = type(value)
@@ -289,19 +291,54 @@ def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
         elif kind in (list, tuple, set, frozenset):
             stack += value
         elif kind is dict:
+            stack += value.keys()
             stack += value.values()
         elif kind is types.CellType:
             try:
                 stack.append(value.cell_contents)
             except ValueError:
                 pass
-        elif kind is types.MethodType:
+        elif kind in (types.MethodType, types.BuiltinMethodType):
             stack.append(value.__self__)
+        elif kind is types.FunctionType:
+            stack += [value.__defaults__, value.__kwdefaults__, value.__closure__, value.__dict__]
         elif isinstance(value, _RejoinIterator):
             stack.append(value.sub)
-        elif hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType)):
-            stack += vars(value).values()
+        elif isinstance(value, BaseException):
+            stack += [value.args, value.__cause__, value.__context__, _attributes(value)]
+        elif not isinstance(value, (type, types.ModuleType)):
+            stack.append(_attributes(value))
+            for member in _slots(kind):
+                try:
+                    stack.append(member.__get__(value, kind))
+                except AttributeError:
+                    pass
     return found
+
+
+_SCALARS = frozenset({builtins.str, int, float, bool, bytes})
+
+
+def _attributes(value: Any) -> dict:
+    try:
+        return object.__getattribute__(value, "__dict__")
+    except (AttributeError, TypeError):
+        return {}
+
+
+_MEMBER = type(BaseException.__dict__["__suppress_context__"])
+
+
+def _slots(cls: type) -> list[Any]:
+    """The __slots__ members of a class and its bases (their descriptors)."""
+    members = []
+    for klass in cls.__mro__:
+        names = klass.__dict__.get("__slots__", ())
+        for name in (names,) if type(names) is builtins.str else names:
+            member = klass.__dict__.get(name)
+            if type(member) is _MEMBER:
+                members.append(member)
+    return members
 
 
 # -- helpers the compiled code calls ----------------------------------------------------------
@@ -312,6 +349,29 @@ def yf_iter(value: Any) -> Any:
     if isinstance(value, (types.GeneratorType, types.CoroutineType)):
         return value
     return iter(value)
+
+
+def star_kwargs(function: Any, value: Any) -> dict:
+    """`**value` in a call to `function`, unpacked early: CPython's own error for what is no mapping."""
+    if type(value) is dict:
+        return dict(value)
+    try:
+        keys = value.keys
+    except AttributeError:
+        keys = None
+    if keys is None:
+        raise TypeError(f"{_function_str(function)} argument after ** must be a mapping, not {type(value).__name__}")
+    return {key: value[key] for key in keys()}
+
+
+def _function_str(function: Any) -> str:
+    """How CPython names a callee in its errors (_PyObject_FunctionStr)."""
+    try:
+        qualname = function.__qualname__
+    except AttributeError:
+        return builtins.str(function)
+    module = getattr(function, "__module__", None)
+    return f"{module}.{qualname}()" if module is not None and module != "builtins" else f"{qualname}()"
 
 
 def special(value: Any, name: str) -> Any:
@@ -388,9 +448,13 @@ class _RejoinGenerator(_RejoinIterator):
 
 
 def rejoin(sub: Any, _reset: int) -> _RejoinIterator:
-    if hasattr(sub, "throw"):
+    if _defines(type(sub), "throw"):  # read off the class: nothing of a restored object runs here
         return _RejoinGenerator(sub)
     return _RejoinIterator(sub)
+
+
+def _defines(cls: type, name: str) -> bool:
+    return any(name in klass.__dict__ for klass in cls.__mro__)
 
 
 def relocate(module_globals: dict[str, Any], lines: list[tuple[int, int, int]], source: str) -> None:

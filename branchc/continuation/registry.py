@@ -122,18 +122,28 @@ def _register_nested(meta: FunctionMeta) -> None:
                 stack.append((const, (*path, index)))
 
 
+_FUNCTION_FLAGS = 0x01 | 0x02  # CO_OPTIMIZED | CO_NEWLOCALS: a def or lambda (a class body has neither)
+_COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+
+
+def _is_function_code(code: types.CodeType) -> bool:
+    """The code of a def or lambda: what a function object nested in a compiled body can run."""
+    return code.co_flags & _FUNCTION_FLAGS == _FUNCTION_FLAGS and code.co_name not in _COMPREHENSIONS
+
+
 def nested_code(meta: FunctionMeta, path: Any) -> types.CodeType | None:
-    """The code object at `path` inside `meta`'s body (None if the path leads nowhere)."""
+    """The code of the def or lambda at `path` inside `meta`'s body (None if the path leads
+    nowhere else: a class body or a comprehension is not a function a snapshot may rebuild)."""
     code = meta.body_code
-    if not isinstance(path, list) or not path:
+    if type(path) is not list or not path:
         return None
     for index in path:
         if type(index) is not int or not 0 <= index < len(code.co_consts):
             return None
         code = code.co_consts[index]
-        if not isinstance(code, types.CodeType):
+        if type(code) is not types.CodeType:
             return None
-    return code
+    return code if _is_function_code(code) else None
 
 
 def compiled(table: dict[str, Any], qualname: str):
@@ -198,7 +208,8 @@ def _manifest(folder: str) -> dict[str, _Module]:
 
 
 def _known(module: str) -> _Module | None:
-    """A compiled module loaded here, or listed by the manifest of a build folder on sys.path."""
+    """A compiled module loaded here, or listed by the manifest of a build folder on sys.path (the
+    first that lists it, as the import would find it)."""
     loaded = _LOADED.get(module)
     if loaded is not None:
         return loaded
@@ -211,9 +222,17 @@ def _known(module: str) -> _Module | None:
 
 
 def _import(module: str, known: _Module) -> types.ModuleType:
-    """Import a module a manifest lists, from that build folder only (and its packages likewise)."""
-    if module in sys.modules:
-        return sys.modules[module]
+    """Import a module a manifest lists, from that build folder only (and its packages likewise);
+    one loaded already must have been loaded from there too."""
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None)
+        if known.root is not None and not (isinstance(origin, str) and _inside(origin, known.root)):
+            raise SnapshotError(
+                f"module {module!r} is loaded from {origin or 'nowhere'}, not from the build at {known.root} "
+                f"that lists it; import it from the build"
+            )
+        return loaded
     if known.root is None:
         raise SnapshotError(f"module {module!r} was compiled here but is not loaded any more")
     parts = module.split(".")

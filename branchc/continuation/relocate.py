@@ -64,6 +64,7 @@ def deeply(function, *args):
         finally:
             threading.stack_size(stack)
         if thread is None:
+            sys.setrecursionlimit(limit)  # this thread's stack is the usual one: so is its limit
             run()
         else:
             thread.join()

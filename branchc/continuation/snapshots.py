@@ -35,7 +35,7 @@ from typing import Any
 
 from .codec import BUILTIN_TYPES, DEFAULT_LIMITS, DecodeLimits, decode, decode_plain, encode, encode_plain
 from .errors import NotSerializableError, SnapshotDataError, SnapshotError
-from .generator import free_cells, is_compiled, make_generator, release, source_location, special, state
+from .generator import free_cells, is_compiled, make_generator, release, source_location, state
 from .registry import (
     NESTED_CODE,
     FunctionMeta,
@@ -107,7 +107,12 @@ _SAFE_BUILTINS = frozenset(
 
 
 def _is_builtin_exception(value: Any) -> bool:
-    return isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "builtins"
+    """A builtin exception class that `except Exception` catches (SystemExit and kin never travel)."""
+    return isinstance(value, type) and issubclass(value, Exception) and value.__module__ == "builtins"
+
+
+def _escapes_except_exception(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException) and not issubclass(value, Exception)
 
 
 def _ref(value: Any) -> str | None:
@@ -121,7 +126,7 @@ def _ref(value: Any) -> str | None:
         safe = qualname in _SAFE_BUILTINS or _is_builtin_exception(value)
         return f"builtins:{qualname}" if safe and getattr(builtins, qualname, None) is value else None
     if isinstance(value, type):
-        return f"{module}:{qualname}" if travels(value) else None
+        return f"{module}:{qualname}" if travels(value) and not _escapes_except_exception(value) else None
     meta = getattr(value, "__branchc_meta__", None)
     if meta is None or meta.ref != f"{module}:{qualname}":
         return None
@@ -141,10 +146,10 @@ def _encode_binding(meta: FunctionMeta, variable: str, value: Any, child) -> lis
         return None
     if isinstance(value, _BOUND):
         owner, name = value.__self__, value.__name__
-        if owner is not None and not isinstance(owner, types.ModuleType):
+        if owner is not None and not isinstance(owner, types.ModuleType) and value == _method(owner, name):
             if ("attr", name) in kinds:
                 return ["@", {"t": "method", "self": child(owner, (variable, "__self__", _ATTR)), "name": name}]
-            if ("special", name) in kinds and value == special(owner, name):
+            if ("special", name) in kinds:
                 return ["@", {"t": "special", "self": child(owner, (variable, "__self__", _ATTR)), "name": name}]
     for kind, name in kinds:
         if kind == "global" and value is meta.globals.get(name, getattr(builtins, name, _NOTHING)):
@@ -177,6 +182,14 @@ def _encode_generator(value: types.GeneratorType, child) -> dict:
             error.type_name,
             error.hint,
         ) from None
+    encoder = getattr(child, "__self__", None)  # the codec's encoder: it memoizes what it has met
+    if encoder is not None and type(encoder.memo.get(id(value))) is int:  # met again inside itself
+        raise NotSerializableError(
+            f"{meta.qualname} (waiting at {source_location(value)})",
+            "generator",
+            "it holds itself through its variables, and a resume builds a generator from its variables; "
+            "drop the reference to it (or to the generator that holds it) before the yield",
+        )
     return {
         "t": "gen",
         "fn": meta.ref,
@@ -281,7 +294,7 @@ def _function(entry: dict, child, path: str, allowed: frozenset[str] | None) -> 
     if type(entry["closure"]) is not list or len(entry["closure"]) != len(code.co_freevars):
         raise SnapshotDataError(f"{path}.closure", f"expected {len(code.co_freevars)} cells")
     closure = tuple(child(cell, (path, i, ".closure[{}]")) for i, cell in enumerate(entry["closure"]))
-    if not all(isinstance(cell, types.CellType) for cell in closure):
+    if not all(type(cell) is types.CellType for cell in closure):
         raise SnapshotDataError(f"{path}.closure", "expected cells")
     defaults = child(entry["defaults"], (path, "defaults", _ATTR))
     kwdefaults = child(entry["kwdefaults"], (path, "kwdefaults", _ATTR))
@@ -320,9 +333,12 @@ def _resolve_ref(entry: dict, path: str, allowed: frozenset[str] | None) -> Any:
 def _known_kind(ref: str, allowed: frozenset[str] | None) -> Any:
     """A class a build records, or None (then `ref` must be a compiled function)."""
     try:
-        return resolve_class(ref, allowed)
+        found = resolve_class(ref, allowed)
     except SnapshotError:
         return None
+    if _escapes_except_exception(found):
+        raise SnapshotError(f"{ref} is a BaseException that is not an Exception: a snapshot may not name it")
+    return found
 
 
 def _decode_binding(meta: FunctionMeta, variable: str, entry: dict, child, path: Any) -> Any:
@@ -344,10 +360,24 @@ def _decode_binding(meta: FunctionMeta, variable: str, entry: dict, child, path:
     if set(entry) != {"t", "self", "name"}:
         raise SnapshotDataError(where, f"a {tag} entry is {{t, self, name}}")
     owner = child(entry["self"], (path, variable, ".vars[{!r}].self"))
-    method = special(owner, name) if tag == "special" else getattr(owner, name, None)
-    if not isinstance(method, _BOUND) or method.__self__ is not owner:
+    method = _method(owner, name)
+    if method is None:
         raise SnapshotDataError(where, f"a {type(owner).__name__} has no method {name!r}")
     return method
+
+
+_METHOD_KINDS = (types.FunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+def _method(owner: Any, name: str) -> Any:
+    """`owner.name` when it is a method its class defines (a def, or a builtin type's method), bound
+    without running anything of the class: no __getattr__, property or descriptor of its own."""
+    cls = type(owner)
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name, _NOTHING)
+        if found is not _NOTHING:
+            return found.__get__(owner, cls) if type(found) in _METHOD_KINDS else None
+    return None
 
 
 _TOP_FIELDS = frozenset({"branchc", "graph"})
@@ -389,10 +419,12 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
         else:
             values[name] = child(value, (path, name, ".vars[{!r}]"))
     free = {name: child(value, (path, name, ".free[{!r}]")) for name, value in cells.items()} if cells else {}
+    if state == "suspended":
+        _check_internals(meta, allowed_names, values, path)
     if free:
         freevars = meta.body_code.co_freevars
         for name, cell in free.items():
-            if name not in freevars or not isinstance(cell, types.CellType):
+            if name not in freevars or type(cell) is not types.CellType:
                 raise SnapshotDataError(f"{path}.free[{name!r}]", f"{meta.ref} closes over no such cell")
     try:
         generator = make_generator(meta, state, label, values, free)
@@ -400,6 +432,38 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
         raise SnapshotDataError(path, f"cannot restore: {type(error).__name__}: {error}") from None
     made.append(generator)
     return generator
+
+
+_INTERNAL = re.compile(r"_bc_(it|yf|exc|pend|wx|wf|case)\d+")
+_COMPLETIONS = frozenset({"return", "break", "continue"})
+
+
+def _check_internals(meta: FunctionMeta, live: frozenset[str], values: dict[str, Any], path: str) -> None:
+    """The compiler's own variables at a suspension point are always bound, and hold what it put
+    there: a resume must not fail inside the generated code (nor raise what no program raises)."""
+    for name in live:
+        kind = _INTERNAL.fullmatch(name)
+        if kind is None:
+            continue
+        where = f"{path}.vars[{name!r}]"
+        if name not in values:
+            raise SnapshotDataError(f"{path}.vars", f"{meta.ref} needs {_describe(name, meta)} ({name}) here")
+        value, kind = values[name], kind.group(1)
+        if kind in ("it", "yf"):
+            ok = any("__next__" in klass.__dict__ for klass in type(value).__mro__)
+        elif kind == "exc":
+            ok = isinstance(value, Exception)
+        elif kind == "pend":
+            ok = value is None or isinstance(value, Exception) or (type(value) is str and value in _COMPLETIONS)
+        elif kind == "wf":
+            ok = type(value) is bool
+        elif kind == "case":
+            ok = type(value) is int
+        else:  # wx: a binding, checked where it was decoded
+            ok = True
+        if not ok:
+            what = _describe(name, meta)
+            raise SnapshotDataError(where, f"{what} cannot hold an object of type {type(value).__name__}")
 
 
 _BINDINGS = frozenset({"method", "special", "global"})
@@ -456,8 +520,14 @@ def _plain_resume(
     if state == "suspended" and (type(label) is not int or label not in meta.sites):
         return None
     values = decode_plain(variables, {"ctx": context}, limits=limits)
-    if values is None or not _restorable_at(meta, state, label).issuperset(values) or meta.body_code.co_freevars:
+    live = _restorable_at(meta, state, label)
+    if values is None or not live.issuperset(values) or meta.body_code.co_freevars:
         return None
+    if state == "suspended":
+        try:
+            _check_internals(meta, live, values, "")
+        except SnapshotDataError:
+            return None  # the full path reports it, with the place
     try:
         return make_generator(meta, state, label, values, {})
     except (TypeError, ValueError):
@@ -556,7 +626,7 @@ def resume(
         roots = decode(graph, classes=_resolver(allowed), extension=extension, limits=limits)
         if set(roots) != {"gen"}:
             raise SnapshotDataError("graph.roots", 'expected exactly the root "gen"')
-    root = roots["gen"]
-    if not is_compiled(root):
-        raise SnapshotDataError("graph.roots.gen", "the root is not a compiled generator")
+        root = roots["gen"]
+        if not is_compiled(root):
+            raise SnapshotDataError("graph.roots.gen", "the root is not a compiled generator")
     return root

@@ -42,7 +42,7 @@ def _decode_context(entry: dict, child: Any, path: str) -> Context:
     if entry.keys() != {"t", "branch"}:
         raise SnapshotDataError(path, "a context entry in a run is {t, branch}")
     branch = child(entry["branch"], (path, "branch", ".{}"))
-    if not isinstance(branch, BranchState):
+    if type(branch) is not BranchState:
         raise SnapshotDataError(f"{path}.branch", "expected a branch state")
     return Context(branch)
 

@@ -36,8 +36,9 @@ class _Assignments(cst.CSTVisitor):
                 for small in statement.body:
                     if isinstance(small, cst.Assign):
                         for target in small.targets:
-                            if isinstance(target.target, cst.Name):
-                                self.bind(target.target.value, small.value)
+                            self.assign(target.target, small.value)
+                    elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                        self.assign(small.target, small.value)
                     if self.walrus:
                         walk(small, self)
                 continue
@@ -63,8 +64,23 @@ class _Assignments(cst.CSTVisitor):
         if isinstance(node.target, cst.Name):
             self.bind(node.target.value, node.value)
 
+    def assign(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """`x = v`, and `a, b = v1, v2` item by item (a starred item can hold anything)."""
+        if isinstance(target, cst.Name):
+            self.bind(target.value, value)
+        elif (
+            isinstance(target, (cst.Tuple, cst.List))
+            and isinstance(value, (cst.Tuple, cst.List))
+            and len(target.elements) == len(value.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements))
+        ):
+            for inner, item in zip(target.elements, value.elements, strict=True):
+                self.assign(inner.value, item.value)
+
     def bind(self, variable: str, value: cst.BaseExpression) -> None:
         if isinstance(value, cst.Attribute):
+            if isinstance(value.value, cst.Name) and value.value.value == "_bc_rt":
+                return  # the compiler's own helpers, never kept across a yield as a callable
             self.direct.setdefault(variable, set()).add(("attr", value.attr.value))
         elif isinstance(value, cst.Name) and value.value not in ("None", "True", "False"):
             self.copies.setdefault(variable, set()).add(value.value)

@@ -109,7 +109,12 @@ def compile_module(source: str, path: str = "<string>") -> CompiledModule:
     """
     # Syntax trees hold no cycles, so the cyclic collector only costs time here (about 15%).
     with gc_paused():
-        return deeply(_compile_module, source, path)
+        try:
+            return deeply(_compile_module, source, path)
+        except RecursionError:  # what no function's own error caught: the module as a whole
+            message = "the module nests too deeply for the compiler here (past the recursion limit)"
+            hint = "split the deepest expression or block into smaller statements or functions"
+            raise CompileError([Diagnostic(path, 1, 1, "error", message, hint)]) from None
 
 
 def _compile_module(source: str, path: str) -> CompiledModule:
@@ -262,6 +267,8 @@ def _reserved_names(tree: ast.Module, reporter: Reporter) -> None:
             names = [node.name]
         elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
             names = [node.name]
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names = [node.rest]
         for found in names:
             if found.startswith(PREFIX):
                 reporter.diagnostics.append(

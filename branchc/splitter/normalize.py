@@ -104,6 +104,12 @@ def _unpacked(node: cst.BaseExpression) -> dict[cst.CSTNode, str]:
     return found
 
 
+def _sole_positional(call: cst.Call) -> bool:
+    """`f(*a, k=...)`: CPython hands `a` to the call as it is (and names f in its error); with any other
+    positional argument it builds a list first ("Value after * must be an iterable")."""
+    return sum(1 for arg in call.args if arg.keyword is None and arg.star != "**") == 1
+
+
 def _fstring_children(parts) -> list[cst.BaseExpression]:
     kids = []
     for part in parts:
@@ -174,11 +180,20 @@ class Normalizer:
         for index, kid in enumerate(kids[: last + 1]):
             kid_pre, new_kid = self.lift(kid)
             pre += kid_pre
-            if index < last and not _is_literal(new_kid):
+            star = unpacked.get(kid)
+            if index < last and (star or not _is_literal(new_kid)):
                 spilled = self.temp()
-                # `*a` and `**m` are unpacked where they stand, before what follows is evaluated
-                star = unpacked.get(kid)
-                value = expr("(*{v},)", v=new_kid) if star == "*" else expr("{**{v}}", v=new_kid) if star else new_kid
+                # `*a` and `**m` are unpacked where they stand, before what follows is evaluated (in a
+                # call, `**m` with CPython's error, "f() argument after ** must be a mapping"), except
+                # a call's only positional `*a`, which CPython hands to the call as it is
+                if star == "*" and isinstance(node, cst.Call) and _sole_positional(node):
+                    value = new_kid  # the call itself unpacks it, after the other arguments
+                elif star == "**" and isinstance(node, cst.Call):
+                    value = expr("_bc_rt.star_kwargs({f}, {v})", f=replacements.get(kids[0], kids[0]), v=new_kid)
+                elif star:
+                    value = expr("(*{v},)", v=new_kid) if star == "*" else expr("{**{v}}", v=new_kid)
+                else:
+                    value = new_kid
                 pre.append(assign(spilled, value))
                 new_kid = name(spilled)
             if new_kid is not kid:

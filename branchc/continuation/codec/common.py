@@ -342,3 +342,9 @@ def plain_class(cls: type) -> bool:
         return False  # a C struct of its own (an extension type): not just its attributes
     hooks = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__")
     return not any(getattr(cls, hook, None) is not getattr(object, hook, None) for hook in hooks)
+
+
+def finalizer(cls: type) -> bool:
+    """Whether instances run code of their class when they go (a __del__): a restored one would run
+    it with whatever the snapshot put in it, so such classes do not travel."""
+    return any("__del__" in klass.__dict__ for klass in cls.__mro__ if klass is not object)

@@ -41,6 +41,7 @@ from .common import (
     _not_an_exception,
     _over,
     _show,
+    finalizer,
     plain_class,
     slot_members,
 )
@@ -351,6 +352,8 @@ class _Decoder:
             and kind.test(found)
         ):
             raise SnapshotDataError(where, f"{ref} is not {kind.name} defined there")
+        if finalizer(found):
+            raise SnapshotDataError(where, f"{ref} has a __del__, which would run with the snapshot's data")
         self.classes[(ref, kind)] = found
         return found
 
@@ -652,6 +655,8 @@ def _dec_plain(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     (no __init__, no __setattr__ of the class)."""
     _shape(x, path, 2, 3)
     cls = d.cls(x[1], (path, 1), _PLAIN)
+    if cls not in d.instances:  # its __hash__ may read its attributes: count that work too
+        d.instances |= {cls}
     obj = d.shell(x, slot, _call(path, object.__new__, cls))
     attributes = _attributes(d, cls, x[2], (path, 2))
     if attributes:
@@ -792,17 +797,33 @@ def _dec_enumerate(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     _shape(x, path, 2)
     source, count = d.items(x, path, 1)
     _iterators([source], path, 1)
+    _numbers([count], (int,), path, 2)
     return _call(path, enumerate, source, count)
 
 
-def _dec_call(fn: Callable, low: int, high: int) -> Callable:
-    """count, repeat: call the builtin with the decoded arguments."""
+# The numbers these builtins compute with: exact builtin types, so that no class's __index__ or __add__ runs.
+_COUNTING = (int, float, complex, Decimal, Fraction)
 
-    def handler(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
-        _shape(x, path, low, high)
-        return _call(path, fn, *d.items(x, path, 1))
 
-    return handler
+def _numbers(values: list, kinds: tuple[type, ...], path: Any, first: int) -> None:
+    for index, value in enumerate(values):
+        if type(value) not in kinds:  # exact: a bool is no int here
+            names = " or ".join(kind.__name__ for kind in kinds)
+            raise SnapshotDataError(_fmt((path, first + index)), f"expected {names}, got {_show(value)}")
+
+
+def _dec_count(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 1, 2)
+    parts = d.items(x, path, 1)
+    _numbers(parts, _COUNTING, path, 1)
+    return _call(path, itertools.count, *parts)
+
+
+def _dec_repeat(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
+    _shape(x, path, 1, 2)
+    value, *times = d.items(x, path, 1)
+    _numbers(times, (int,), path, 2)
+    return _call(path, itertools.repeat, value, *times)
 
 
 def _dec_zip(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
@@ -868,8 +889,8 @@ _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
     "DI": _dec_dict_iter,
     "en": _dec_enumerate,
     "zp": _dec_zip,
-    "cn": _dec_call(itertools.count, 1, 2),
-    "rp": _dec_call(itertools.repeat, 1, 2),
+    "cn": _dec_count,
+    "rp": _dec_repeat,
     "ch": _dec_chain,
     "mp": _dec_mapped,
     "fl": _dec_mapped,

@@ -40,6 +40,7 @@ from .common import (
     _not_an_exception,
     _type_name,
     _why_not,
+    finalizer,
     plain_class,
     slot_members,
 )
@@ -56,6 +57,9 @@ def _class_ref(e: _Encoder, t: type, path: Any) -> str:
     if ref is None:
         if _lookup(sys.modules.get(t.__module__), t.__qualname__) is not t:
             hint = f"define {t.__qualname__} at module level so a restore can find it by name"
+            raise NotSerializableError(_fmt(path), _type_name(t), hint)
+        if finalizer(t):
+            hint = f"{t.__qualname__} has a __del__, which a restored copy would run with the snapshot's data"
             raise NotSerializableError(_fmt(path), _type_name(t), hint)
         ref = _CLASS_REFS[t] = f"{t.__module__}:{t.__qualname__}"
     if e.classes is not None and t.__module__ != "builtins" and not e.classes(t):
