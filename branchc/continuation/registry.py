@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import types
 from dataclasses import dataclass, field
@@ -58,8 +59,17 @@ class FunctionMeta:
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @cached_property
+    def internals(self) -> dict[str, str]:
+        """The compiler's own variables a resume checks, by kind: it, yf, exc, pend, wx, wf, case."""
+        found = ((name, _INTERNAL.fullmatch(name)) for name in self.restorable)
+        return {name: kind.group(1) for name, kind in found if kind}
+
+    @cached_property
     def ref(self) -> str:
         return f"{self.module}:{self.qualname}"
+
+
+_INTERNAL = re.compile(r"_bc_(it|yf|exc|pend|wx|wf|case)\d+")
 
 
 @dataclass(frozen=True)

@@ -434,21 +434,19 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
     return generator
 
 
-_INTERNAL = re.compile(r"_bc_(it|yf|exc|pend|wx|wf|case)\d+")
 _COMPLETIONS = frozenset({"return", "break", "continue"})
 
 
 def _check_internals(meta: FunctionMeta, live: frozenset[str], values: dict[str, Any], path: str) -> None:
     """The compiler's own variables at a suspension point are always bound, and hold what it put
     there: a resume must not fail inside the generated code (nor raise what no program raises)."""
-    for name in live:
-        kind = _INTERNAL.fullmatch(name)
-        if kind is None:
+    for name, kind in meta.internals.items():
+        if name not in live:
             continue
         where = f"{path}.vars[{name!r}]"
         if name not in values:
             raise SnapshotDataError(f"{path}.vars", f"{meta.ref} needs {_describe(name, meta)} ({name}) here")
-        value, kind = values[name], kind.group(1)
+        value = values[name]
         if kind in ("it", "yf"):
             ok = any("__next__" in klass.__dict__ for klass in type(value).__mro__)
         elif kind == "exc":
