@@ -44,6 +44,20 @@ _counter = itertools.count()
 MODES = ("native", "compiled", "raw", "json")
 
 
+# Script steps, for programs written by hand.
+N = ("next",)
+C = ("close",)
+
+
+def S(value: Any) -> tuple:
+    return ("send", value)
+
+
+def T(name: str, *args: Any) -> tuple:
+    """throw() of the builtin exception `name` made with `args` (by default one argument, "x")."""
+    return ("throw", name, *args) if args else ("throw", name, "x")
+
+
 def _exc(error: BaseException | None, depth: int = 0) -> Any:
     if error is None or depth > 4:
         return None

@@ -17,8 +17,8 @@ import importlib.util
 import textwrap
 
 import pytest
-from differential import CANNOT_TRAVEL, check, trace
-from test_split_random import MANAGERS
+from differential import CANNOT_TRAVEL, C, N, S, T, check, trace
+from test_split_random import EXC_INFO, MANAGERS
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
 if importlib.util.find_spec("branchc.continuation.snapshots") is not None:
@@ -26,29 +26,11 @@ if importlib.util.find_spec("branchc.continuation.snapshots") is not None:
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
-N = ("next",)
-C = ("close",)
-
-
-def S(value):
-    return ("send", value)
-
-
-def T(name, *args):
-    return ("throw", name, *args) if args else ("throw", name, "x")
-
 
 V = """
 def v(x):
     emit(("v", repr(x)))
     return x
-"""
-
-EXC_INFO = """
-import sys
-
-def cur():
-    return repr(sys.exc_info()[1])
 """
 
 BOX = """

@@ -20,7 +20,7 @@ import textwrap
 import traceback
 
 import pytest
-from differential import check
+from differential import C, N, S, T, check
 
 MODES_NOW: tuple[str, ...] = ("compiled", "raw")
 if importlib.util.find_spec("branchc.continuation.snapshots") is not None:
@@ -29,17 +29,6 @@ if importlib.util.find_spec("branchc.continuation.snapshots") is not None:
 # Snapshotted generators stay referenced by the harness until a trace ends; collecting one that
 # waits in a `finally` that yields prints "generator ignored GeneratorExit" (natives do too).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-N = ("next",)
-C = ("close",)
-
-
-def S(value):
-    return ("send", value)
-
-
-def T(name, *args):
-    return ("throw", name, *args) if args else ("throw", name, "x")
 
 
 def T0(name):
