@@ -30,10 +30,12 @@ from .runtime import (
     ToolPhaseError,
     ToolResultMessage,
     ToolSpec,
+    content,
     resumable,
     run_tool,
     tool,
 )
+from .runtime.choices import Titled
 
 __version__ = "0.1.0"
 __all__ = [
@@ -64,7 +66,9 @@ __all__ = [
     "ToolPhaseError",
     "ToolResultMessage",
     "ToolSpec",
+    "Titled",
     "__version__",
+    "content",
     "release",
     "resumable",
     "resume",

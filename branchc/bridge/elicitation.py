@@ -7,6 +7,18 @@ and `form_schema` says which field and why. Constraints MCP cannot state (a patt
 exclusive bound) are left out of the form; the answer is still validated against the whole
 model, so they still hold.
 
+Every enum form of MCP (SEP-1330) comes from a pydantic field, and defaults (SEP-1034) go along:
+
+| field | form |
+|---|---|
+| `Literal["a", "b"]`, a str `Enum` | `{"type": "string", "enum": [...]}` |
+| the same, `Annotated[..., Titled(a="A")]` | `{"type": "string", "oneOf": [{"const", "title"}, ...]}` |
+| the same, `Field(json_schema_extra={"enumNames": [...]})` | legacy `enum` with `enumNames` (deprecated) |
+| `list[Literal[...]]`, `Field(min_length=, max_length=)` | `{"type": "array", "items": {"enum": [...], ...}}` |
+| the same, `Annotated[..., Titled(...)]` | `{"type": "array", "items": {"anyOf": [{"const", "title"}, ...]}}` |
+
+The answer is validated against the model, so only offered values (and min/max items) pass.
+
 `elicited_models` finds, in a tool's module, the models its code passes as `schema=` to an
 elicit call, so the bridge can check them when it loads the tool, not when a user is waiting.
 """
@@ -14,6 +26,7 @@ elicit call, so the bridge can check them when it loads the tool, not when a use
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -68,19 +81,26 @@ def _field(where: str, name: str, prop: dict[str, Any], defs: dict[str, Any]) ->
         if prop.get("default", 0) is None:
             del prop["default"]
     kind = prop.get("type")
-    if "enum" in prop:
-        values = prop["enum"]
-        if not all(isinstance(value, str) for value in values):
-            raise refuse("an enum whose values are not all strings")
-        out = {"type": "string", "enum": list(values)}
-        out.update({k: prop[k] for k in ("title", "description", "default") if k in prop})
-        return out
     if kind == "array":
         items = _resolve(prop.get("items", {}), defs)
-        if "enum" not in items or not all(isinstance(value, str) for value in items["enum"]):
-            raise refuse("a list whose items are not str enum values")
-        out = {"type": "array", "items": {"type": "string", "enum": list(items["enum"])}}
+        values, titled = _choices(items, "anyOf", lambda why: refuse(f"a list whose items are not {why}"))
+        choice = {"anyOf": titled} if titled else {"type": "string", "enum": values}
+        out = {"type": "array", "items": choice}
         out.update({k: prop[k] for k in ("title", "description", "default", "minItems", "maxItems") if k in prop})
+        if "default" in out and not (isinstance(out["default"], list) and set(out["default"]) <= set(values)):
+            raise refuse(f"the default {out['default']!r} is not a list of the values {values!r}")
+        return out
+    if any(key in prop for key in ("enum", "const", "oneOf")):
+        values, titled = _choices(prop, "oneOf", lambda why: refuse(f"a choice whose options are not {why}"))
+        out = {"type": "string", **({"oneOf": titled} if titled else {"enum": values})}
+        if "enumNames" in prop and not titled:  # the legacy titled enum (deprecated in MCP, still allowed)
+            names = prop["enumNames"]
+            if not (isinstance(names, list) and len(names) == len(values) and all(isinstance(n, str) for n in names)):
+                raise refuse(f"enumNames {names!r} is not one str title per enum value {values!r}")
+            out["enumNames"] = list(names)
+        out.update({k: prop[k] for k in ("title", "description", "default") if k in prop})
+        if "default" in out and out["default"] not in values:
+            raise refuse(f"the default {out['default']!r} is not one of the values {values!r}")
         return out
     if kind not in _KEEP:
         raise refuse(f"a field of JSON type {kind or 'object'!r}")
@@ -90,14 +110,35 @@ def _field(where: str, name: str, prop: dict[str, Any], defs: dict[str, Any]) ->
     return out
 
 
-def elicited_models(source: str, namespace: dict[str, Any]) -> list[tuple[type[BaseModel], int]]:
-    """(model, line) for each `<x>.elicit(..., schema=Name)` in `source` whose Name is a pydantic
+def _choices(
+    schema: dict[str, Any], titled_key: str, refuse: Callable[[str], ElicitSchemaError]
+) -> tuple[list[str], list[dict[str, str]] | None]:
+    """(the str values, the titled options or None) of an enum (`enum`, a single `const`, or options
+    under `titled_key`, each a `const` with a `title`: what `Titled` makes)."""
+    if titled_key in schema:
+        options = schema[titled_key]
+        if not (
+            isinstance(options, list)
+            and options
+            and all(isinstance(o, dict) and isinstance(o.get("const"), str) for o in options)
+        ):
+            raise refuse(f'str options ({titled_key} of {{"const": ..., "title": ...}})')
+        titled = [{"const": o["const"], "title": str(o.get("title", o["const"]))} for o in options]
+        return [o["const"] for o in titled], titled
+    values = schema["enum"] if "enum" in schema else [schema["const"]] if "const" in schema else None
+    if not (isinstance(values, list) and values and all(isinstance(value, str) for value in values)):
+        raise refuse("str enum values (a Literal or Enum of str)")
+    return list(values), None
+
+
+def elicited_models(source: str, namespace: dict[str, Any]) -> list[tuple[type[BaseModel], int, int]]:
+    """(model, line, column) of each `<x>.elicit(..., schema=Name)` in `source` whose Name is a pydantic
     model in `namespace` (the module's globals); a computed schema is checked when it is asked."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    found: list[tuple[type[BaseModel], int]] = []
+    found: list[tuple[type[BaseModel], int, int]] = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "elicit"):
             continue
@@ -105,5 +146,5 @@ def elicited_models(source: str, namespace: dict[str, Any]) -> list[tuple[type[B
             if keyword.arg == "schema" and isinstance(keyword.value, ast.Name):
                 value = namespace.get(keyword.value.id)
                 if isinstance(value, type) and issubclass(value, BaseModel):
-                    found.append((value, node.lineno))
-    return found
+                    found.append((value, node.lineno, node.col_offset + 1))
+    return sorted(found, key=lambda item: item[1:])
