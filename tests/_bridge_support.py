@@ -70,8 +70,10 @@ class Scripted:
         self.sampled.append(params)
         last = params.messages[-1].content_as_list
         text = "".join(block.text for block in last if block.type == "text")
+        # the prompt ends the last message: a tool result rendered as text may come before it, in one user turn
+        answer = next(a for prompt, a in self.prompts.items() if text == prompt or text.endswith("\n\n" + prompt))
         return types.CreateMessageResult(
-            role="assistant", model="scripted", content=types.TextContent(type="text", text=self.prompts[text])
+            role="assistant", model="scripted", content=types.TextContent(type="text", text=answer)
         )
 
     async def elicitation(self, ctx: Any, params: Any) -> types.ElicitResult:

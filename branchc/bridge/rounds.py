@@ -24,17 +24,27 @@ from mcp.server import ServerRequestContext
 from pydantic import BaseModel
 
 from ..runtime.driver import server_phase
-from ..runtime.errors import BranchcError, MissingCapabilityError, ToolPhaseError
-from ..runtime.jsondata import check_json_data
+from ..runtime.errors import BranchcError, ClientAnswerError, MissingCapabilityError, ToolPhaseError
+from ..runtime.jsondata import check_phase_data
 from ..runtime.machine import Machine, Request
 from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
 from .backchannel import client_capabilities
+from .connection import write_bounded
 from .elicitation import ElicitSchemaError, form_schema
+from .loglevel import log_allowed
 from .results import describe_failure, error_result, result_of
 from .sampling import SamplingToolsError, sample_params, sample_result
 
-__all__ = ["check_answered", "feed", "guarded", "released_unless_fed", "run_round", "start_run"]
+__all__ = [
+    "check_answered",
+    "feed",
+    "guarded",
+    "missing_capability",
+    "released_unless_fed",
+    "run_round",
+    "start_run",
+]
 
 
 class AnswerError(BranchcError, ValueError):
@@ -118,10 +128,10 @@ async def guarded(
         if not machine.ok:
             raise ToolPhaseError(tool.name, "client", machine.result) from machine.result
         result = machine.result
-        check_json_data(result, "client_result", "convert it in client()")
+        check_phase_data(result, "client_result", "client", tool.client_fn)
         if tool.after_fn is not None:
             result = await server_phase(tool, "after", tool.after_fn, handoff, result)
-            check_json_data(result, "result", "convert it in after()")
+            check_phase_data(result, "result", "after", tool.after_fn)
         result = tool.check_output(result)
     except (AnswerError, RunStateError, MissingCapabilityError) as error:
         return error_result(_noted(str(error), error))
@@ -153,7 +163,27 @@ async def _halt(ctx: ServerRequestContext, tool: Tool, machine: Machine, error: 
     with anyio.CancelScope(shield=True):
         machine.halt_after(error)
         with contextlib.suppress(Exception):
-            await _send_outbox(ctx, tool, machine)
+            # not to a client that is gone, nor for long to one that reads nothing: over HTTP the SDK's round
+            # stream is not read any more once the client disconnected, and a shielded write to it never ends
+            await write_bounded(ctx, lambda: _send_outbox(ctx, tool, machine), "a halted run's logs")
+
+
+def missing_capability(tool: Tool, missing: Any) -> MissingCapabilityError:
+    """The error for a client that lacks what `tool` requires (the same in both eras), with what would
+    let the tool run anyway: guided mode, and for sampling, a model the server asks itself."""
+    ways = [
+        "connect with a client that offers it",
+        "serve with `branchc serve --guided` (the calling model then answers what the client cannot)",
+    ]
+    if "sampling" in missing:
+        ways.append(
+            "answer samples on the server with `branchc serve --sampling provider` (or `--sampling auto`: the "
+            "client when it can) and --provider-url, --provider-model"
+        )
+    needs = ", ".join(sorted(missing))
+    return MissingCapabilityError(
+        f"{tool.name} requires {needs}, which the client does not offer; {', or '.join(ways)}"
+    )
 
 
 async def start_run(
@@ -163,15 +193,12 @@ async def start_run(
     if tool.client_fn is None:
         raise AnswerError(f"tool {tool.name!r} has no client phase")
     if check and (missing := tool.requires - bridge.offered(ctx)):
-        raise MissingCapabilityError(
-            f"{tool.name} requires {', '.join(sorted(missing))}, which the client does not offer; "
-            f"connect with a client that offers it"
-        )
+        raise missing_capability(tool, missing)
     if tool.before_fn is None:
         handoff = model.model_dump(mode="json")
     else:
         handoff = await server_phase(tool, "before", tool.before_fn, model)
-        check_json_data(handoff, "handoff", "convert it in before()")
+        check_phase_data(handoff, "handoff", "before", tool.before_fn)
     handoff = json.loads(json.dumps(handoff))
     machine = Machine(tool.name, str(ctx.request_id), tool.limits.tighten(bridge.limits))
     try:
@@ -190,12 +217,15 @@ def check_answered(machine: Machine, keys: Any, what: str) -> None:
 
 
 def feed(machine: Machine, answers: dict[str, Any]) -> None:
-    """Give each waiting request its answer (a request past its deadline times out instead)."""
+    """Give each waiting request its answer (a request past its deadline times out instead); an answer
+    that is an exception (one refused as it was read) is raised at the yield that asked."""
     now = time.time()
     for key, answer in answers.items():
         request = machine.requests[key]
         if request.deadline is not None and now >= request.deadline:
             machine.expire(key)
+        elif isinstance(answer, BaseException):
+            machine.fail(key, answer)
         else:
             machine.answer(key, answer)
 
@@ -204,7 +234,10 @@ def _answer(request: Request, response: Any) -> Any:
     if request.kind == "sample":
         if not isinstance(response, (types.CreateMessageResult, types.CreateMessageResultWithTools)):
             raise AnswerError(f"input_responses[{request.key!r}]: expected a sampling result (role, content, model)")
-        return sample_result(response)
+        try:
+            return sample_result(response, request.sample)
+        except ClientAnswerError as error:
+            return error  # raised at the sample's yield (feed), as the handshake era raises it
     if not isinstance(response, types.ElicitResult):
         raise AnswerError(f"input_responses[{request.key!r}]: expected an elicitation result (action, content)")
     return {"action": response.action, "content": response.content}
@@ -258,10 +291,13 @@ async def _sample_on_server(provider: Any, machine: Machine) -> None:
 
 
 async def _send_outbox(ctx: ServerRequestContext, tool: Tool, machine: Machine) -> None:
-    """Logs and progress notes of this round (delivered as the client's requested log level allows)."""
+    """Logs and progress notes of this round (delivered as the client's requested log level allows: the
+    request's logLevel in 2026-07-28, enforced by the SDK; the session's setLevel before, in guided mode)."""
     token = (ctx.meta or {}).get("progress_token")
     for item in machine.take_outbox():
         if item[0] == "log":
+            if not log_allowed(ctx, item[1]):
+                continue
             await ctx.session.send_log_message(item[1], item[2], logger=tool.name, related_request_id=ctx.request_id)
         elif token is not None and item[2] is not None:
             await ctx.session.send_progress_notification(

@@ -18,11 +18,14 @@ import json
 from typing import Any
 
 import mcp.types as types
+from mcp.server.validation import validate_sampling_tools, validate_tool_use_result_messages, wants_sampling_tools
+from mcp.shared.message import ServerMessageMetadata
 
 from ..runtime.client import SampleRequest
+from ..runtime.errors import ClientAnswerError
 from ..runtime.messages import AssistantToolCallMessage, Message, SampleResult, ToolCall, ToolCallFunction
 
-__all__ = ["SamplingToolsError", "sample_params", "sample_result"]
+__all__ = ["SamplingToolsError", "create_message", "sample_params", "sample_result"]
 
 
 class SamplingToolsError(ValueError):
@@ -58,7 +61,7 @@ def sample_params(
             messages.append(_tool_calls(message, tools_supported))
         else:
             _add_tool_result(messages, message.tool_call_id, message.content, tools_supported)
-    params: dict[str, Any] = {"messages": messages, "max_tokens": request.max_tokens}
+    params: dict[str, Any] = {"messages": _alternating(messages), "max_tokens": request.max_tokens}
     if system:
         params["system_prompt"] = "\n".join(system)
     if request.temperature is not None:
@@ -116,9 +119,52 @@ def _add_tool_result(messages: list[types.SamplingMessage], call_id: str, text: 
         messages.append(types.SamplingMessage(role="user", content=[block]))
 
 
-def sample_result(result: types.CreateMessageResult | types.CreateMessageResultWithTools) -> SampleResult:
-    """The runtime's SampleResult: the text blocks joined, tool uses as tool calls."""
+def _alternating(messages: list[types.SamplingMessage]) -> list[types.SamplingMessage]:
+    """Adjacent text messages of one role as one message (their texts a paragraph each), so that roles
+    alternate as sampling expects: a tool call rendered as text follows the assistant's reply, a tool
+    result rendered as text comes before the next prompt. A message with other content (tool_use,
+    tool_result: a tool result turn holds tool results only) is left as it is."""
+    out: list[types.SamplingMessage] = []
+    for message in messages:
+        last = out[-1] if out else None
+        if last is not None and last.role == message.role and _all_text(last) and _all_text(message):
+            text = "\n\n".join(block.text for block in (*last.content_as_list, *message.content_as_list))
+            out[-1] = _text(message.role, text)
+        else:
+            out.append(message)
+    return out
+
+
+def _all_text(message: types.SamplingMessage) -> bool:
+    return all(block.type == "text" for block in message.content_as_list)
+
+
+async def create_message(session: Any, params: dict[str, Any], related_request_id: Any) -> Any:
+    """The handshake era's `sampling/createMessage`, checked and sent as `ServerSession.create_message`
+    does, but with the answer taken in its widest form (CreateMessageResultWithTools), so that what it
+    holds is judged by `sample_result`, as in the 2026-07-28 era, not by the SDK's parse."""
+    validate_sampling_tools(session.client_capabilities, params.get("tools"), params.get("tool_choice"))
+    validate_tool_use_result_messages(params["messages"])
+    return await session.send_request(
+        types.CreateMessageRequest(params=types.CreateMessageRequestParams(**params)),
+        types.CreateMessageResultWithTools,
+        metadata=ServerMessageMetadata(related_request_id=related_request_id),
+    )
+
+
+def sample_result(
+    result: types.CreateMessageResult | types.CreateMessageResultWithTools, request: SampleRequest
+) -> SampleResult:
+    """The runtime's SampleResult of the client's answer to `request`: the text blocks joined, tool uses
+    as tool calls. Both eras' answers come through here, so both refuse alike (ClientAnswerError, raised
+    at the sample's yield): a tool use when the sample offered the model no tools."""
     blocks = result.content if isinstance(result.content, list) else [result.content]
+    if not wants_sampling_tools(request.tools or None, request.tool_choice or None):
+        if used := [block.name for block in blocks if block.type == "tool_use"]:
+            raise ClientAnswerError(
+                f"the client answered a sample that offered no tools with a tool call ({', '.join(used)}); "
+                f"a sample without tools= is answered with text"
+            )
     text = "".join(block.text for block in blocks if block.type == "text")
     calls = [
         ToolCall(id=block.id, function=ToolCallFunction(name=block.name, arguments=block.input))

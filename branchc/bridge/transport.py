@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import uvicorn
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning
+
+from .connection import DEFAULT_MAX_BODY, ClientWatch
+from .server import EPHEMERAL_KEY_WARNING
 
 __all__ = ["serve_http", "serve_stdio"]
 
@@ -23,9 +27,26 @@ async def serve_stdio(server: Server) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(server: Server, host: str, port: int) -> None:
-    """Stateful streamable HTTP at /mcp (the handshake era's back channel needs the session's stream)."""
+async def serve_http(
+    server: Server,
+    host: str,
+    port: int,
+    *,
+    max_message_size: int = DEFAULT_MAX_BODY,
+    session_timeout: float | None = 1800,
+) -> None:
+    """Stateful streamable HTTP at /mcp (the handshake era's back channel needs the session's stream).
+    Warns when request_state is sealed with a key of this process only: replicas could not share rounds.
+
+    `ClientWatch` (connection.py) ends a call whose client went away, and fails the request an answer
+    over `max_message_size` bytes answers; a session nothing was sent on for `session_timeout` seconds
+    is closed (None: never)."""
     _quiet()
-    app = server.streamable_http_app(host=host)
+    if getattr(server, "state_key_given", True) is False:
+        print(EPHEMERAL_KEY_WARNING, file=sys.stderr)
+    sdk_app = server.streamable_http_app(
+        host=host, max_request_body_size=max_message_size, session_idle_timeout=session_timeout
+    )
+    app = ClientWatch(sdk_app, max_message_size)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve()

@@ -310,7 +310,13 @@ class Lowerer:
                 ]
             ),
         )
-        outer = cst.Try(body=block(outer_body), handlers=[record], finalbody=cst.Finally(body=block(new_final)))
+        # the finally done, let go of the pending exception: kept in a local, its traceback would hold this
+        # frame (and every live variable in it) in a cycle until the collector ran (CPython's own `except ... as`
+        # deletes its name for the same reason)
+        let_go = assign(pend, name("None"))
+        outer = cst.Try(
+            body=block(outer_body), handlers=[record], finalbody=cst.Finally(body=block([*new_final, let_go]))
+        )
         # nothing is pending unless we resume into the finally itself
         init = if_stmt(expr("not ({rng})", rng=in_range(f_lo, f_hi)), [assign(pend, name("None"))])
         return self.guard(lo, hi, [init, outer], node)

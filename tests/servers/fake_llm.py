@@ -3,7 +3,8 @@
     python tests/servers/fake_llm.py PORT LOG
 
 It answers each request with "[fake] <the last message's text>", reports usage, and appends
-every request body to LOG (JSON lines). A last message containing "please fail" gets a 500.
+every request body to LOG (JSON lines). A last message containing "please fail" gets a 500;
+one containing "please stall" gets no answer at all.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
+import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -26,6 +28,8 @@ async def completions(request: Request) -> JSONResponse:
         with open(LOG, "a") as log:
             log.write(json.dumps(body) + "\n")
     last = body["messages"][-1].get("content") or ""
+    if "please stall" in last:  # a model that never answers (until the test kills this server)
+        await anyio.sleep_forever()
     if "please fail" in last:
         return JSONResponse({"error": {"message": "asked to fail"}}, status_code=500)
     return JSONResponse(
