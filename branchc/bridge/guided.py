@@ -8,6 +8,24 @@ or "decline" / "cancel"), calls `branchc_resume`, and the run goes on, as often 
 
 The run waits on the server meanwhile, as a saved run under an unguessable id that is good
 for one continuation and expires; an unknown, used or expired id is a clear tool error.
+
+Waiting runs are held by a `WaitingRuns` store: keep / take / put_back (and admit, sweep), so a
+durable store can hold them instead of this process (`MemoryWaitingRuns`). Its caps bound what
+calls that are never resumed can hold: at most `max_runs` runs and `max_bytes` of saved runs wait.
+A start that would go past a cap is refused (before `before()` runs) with an error that says so
+(the cap is checked again when the run is kept: a start that raced past it is halted there, its
+cleanup run once); expired runs are swept first (on every call), and live ones are never evicted
+to make room, so a run that waits is not lost to a newcomer. A run that continues replaces its own entry and is
+always kept (the count cannot grow by it; its size may).
+
+A refused answer (a key that was not asked, a missing one, a sample answered with anything but
+text, a form answer that does not fit its schema) is refused before anything is fed: the run
+still waits under the same state id.
+
+A tool that declares `output=Model` is listed, for a client guided mode answers for, with an
+output schema that also admits the "waiting for answers" guide (anyOf), so a client that
+validates structured results (as the SDK's client does) accepts both; the final result is still
+checked against the model on the server.
 """
 
 from __future__ import annotations
@@ -15,12 +33,14 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import mcp.types as types
 from mcp.server import ServerRequestContext
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from ..runtime.errors import BranchcError, format_validation_errors
 from ..runtime.machine import Machine, Request
 from ..runtime.messages import Message
 from ..runtime.runstate import dump_run, load_run
@@ -29,7 +49,16 @@ from .elicitation import form_schema
 from .results import error_result
 from .rounds import AnswerError, check_answered, feed, guarded, released_unless_fed, start_run
 
-__all__ = ["RESUME_TOOL", "GuidedRuns", "resume_tool"]
+__all__ = [
+    "RESUME_TOOL",
+    "GuidedFullError",
+    "GuidedRuns",
+    "MemoryWaitingRuns",
+    "WaitingRun",
+    "WaitingRuns",
+    "guided_output_schema",
+    "resume_tool",
+]
 
 RESUME_TOOL = "branchc_resume"
 
@@ -55,25 +84,126 @@ def resume_tool() -> types.Tool:
     )
 
 
+class GuidedFullError(BranchcError, RuntimeError):
+    """Guided mode holds as many waiting runs (or bytes of them) as it may: a new run is refused."""
+
+
+@dataclass(frozen=True)
+class WaitingRun:
+    """A guided run waiting for answers: its tool, the saved run (runstate.dump_run's text), when it expires."""
+
+    tool: str
+    saved: str
+    expires: float
+
+    @property
+    def size(self) -> int:
+        return len(self.saved.encode())
+
+
+class WaitingRuns(Protocol):
+    """Where waiting guided runs are held, by state id. An id names a run once: `take` hands it out and
+    forgets it; `put_back` returns a run whose answers were refused, under the same id."""
+
+    def admit(self) -> None:
+        """Raise GuidedFullError when a new run could not wait (checked before the run starts)."""
+
+    def keep(self, run: WaitingRun, *, new: bool) -> str:
+        """Hold `run` under a new unguessable id; `new`: a run that did not wait before (the caps apply)."""
+
+    def take(self, ident: str) -> WaitingRun | None:
+        """The run waiting under `ident`, no longer held; None when unknown, already taken or expired."""
+
+    def put_back(self, ident: str, run: WaitingRun) -> None:
+        """Hold `run` again under `ident` (its answers were refused; it keeps its expiry)."""
+
+    def sweep(self) -> int:
+        """Forget the expired runs; how many."""
+
+
+class MemoryWaitingRuns:
+    """Waiting runs in this process's memory, capped by count and by the size of their saved text."""
+
+    def __init__(self, max_runs: int = 1000, max_bytes: int = 256 * 2**20) -> None:
+        if max_runs < 1 or max_bytes < 1:
+            raise ValueError("guided mode needs room for at least one waiting run: max_runs and max_bytes >= 1")
+        self.max_runs = max_runs
+        self.max_bytes = max_bytes
+        self.runs: dict[str, WaitingRun] = {}
+        self.bytes = 0
+        self._next_expiry = float("inf")
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def sweep(self) -> int:
+        now = time.time()
+        if now < self._next_expiry:
+            return 0
+        expired = [ident for ident, run in self.runs.items() if run.expires <= now]
+        for ident in expired:
+            self._drop(ident)
+        self._next_expiry = min((run.expires for run in self.runs.values()), default=float("inf"))
+        return len(expired)
+
+    def admit(self, size: int = 0) -> None:
+        self.sweep()
+        if len(self.runs) >= self.max_runs:
+            raise GuidedFullError(
+                f"guided mode is full: {len(self.runs)} runs wait for answers, the most it holds "
+                f"(--guided-max-runs {self.max_runs}); answer a waiting run, or try again when one expires "
+                f"(in {self._next_expiry - time.time():.0f} s at most)"
+            )
+        if self.bytes + size > self.max_bytes:
+            raise GuidedFullError(
+                f"guided mode is full: its waiting runs hold {self.bytes} bytes"
+                f"{f' and this one needs {size} more' if size else ''}, past the most it holds "
+                f"(--guided-max-mb, {self.max_bytes} bytes); answer a waiting run, or try again when one expires"
+            )
+
+    def keep(self, run: WaitingRun, *, new: bool) -> str:
+        if new:
+            self.admit(run.size)
+        else:
+            self.sweep()
+        ident = secrets.token_urlsafe(18)
+        self._hold(ident, run)
+        return ident
+
+    def take(self, ident: str) -> WaitingRun | None:
+        self.sweep()
+        if ident not in self.runs:
+            return None
+        run = self.runs[ident]
+        self._drop(ident)
+        return run if run.expires > time.time() else None
+
+    def put_back(self, ident: str, run: WaitingRun) -> None:
+        self._hold(ident, run)
+
+    def _hold(self, ident: str, run: WaitingRun) -> None:
+        self.runs[ident] = run
+        self.bytes += run.size
+        self._next_expiry = min(self._next_expiry, run.expires)
+
+    def _drop(self, ident: str) -> None:
+        self.bytes -= self.runs.pop(ident).size
+
+
 class GuidedRuns:
     """Runs waiting for the calling model, by state id; each id continues a run once."""
 
-    def __init__(self, ttl: float = 1800) -> None:
+    def __init__(self, ttl: float = 1800, store: WaitingRuns | None = None) -> None:
         self.ttl = ttl
-        self.waiting: dict[str, tuple[float, str, str]] = {}  # id -> (expires, tool name, saved run)
+        self.store: WaitingRuns = store if store is not None else MemoryWaitingRuns()
 
-    def keep(self, tool: str, handoff: Any, machine: Machine) -> str:
-        now = time.time()
-        for ident in [i for i, (expires, _, _) in self.waiting.items() if expires <= now]:
-            del self.waiting[ident]
-        ident = secrets.token_urlsafe(18)
-        self.waiting[ident] = (now + self.ttl, tool, dump_run(handoff, machine))
-        return ident
+    def keep(self, tool: str, handoff: Any, machine: Machine, *, new: bool = True) -> str:
+        return self.store.keep(WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl), new=new)
 
-    def take(self, ident: Any) -> tuple[float, str, str]:
-        """(expires, tool name, saved run) of a waiting run, which no longer waits under `ident`."""
-        found = self.waiting.pop(ident, None) if isinstance(ident, str) else None
-        if found is None or found[0] <= time.time():
+    def take(self, ident: Any) -> WaitingRun:
+        """The waiting run, which no longer waits under `ident`."""
+        found = self.store.take(ident) if isinstance(ident, str) else None
+        if found is None:
             raise AnswerError(
                 f"state_id {ident!r} is unknown, already used or expired (runs wait {self.ttl:.0f} s); "
                 f"call the tool again to start over"
@@ -81,19 +211,23 @@ class GuidedRuns:
         return found
 
     async def start(self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel) -> Any:
-        return await guarded(start_run(bridge, ctx, tool, model, check=False), self._ask, bridge, ctx, tool)
+        try:
+            self.store.admit()  # refused before before() runs: nothing of the tool has happened
+        except GuidedFullError as error:
+            return error_result(str(error))
+        return await guarded(start_run(bridge, ctx, tool, model, check=False), self._ask_new, bridge, ctx, tool)
 
     async def resume(self, bridge: Any, ctx: ServerRequestContext, arguments: dict[str, Any] | None) -> Any:
         arguments = arguments or {}
         ident = arguments.get("state_id")
         try:
-            expires, name, saved = self.take(ident)
+            waiting = self.take(ident)
         except AnswerError as error:
             return error_result(str(error))
-        tool = bridge.tools[name]
+        tool = bridge.tools[waiting.tool]
 
         async def restored() -> tuple[Any, Machine]:
-            handoff, machine = load_run(saved)
+            handoff, machine = load_run(waiting.saved)
             try:
                 with released_unless_fed(machine):
                     answers = arguments.get("answers")
@@ -103,18 +237,24 @@ class GuidedRuns:
                     feed(machine, {key: _answer(machine.requests[key], answers[key]) for key in answers})
             except AnswerError as error:
                 # nothing was fed: the run still waits under its state id, for answers that fit
-                self.waiting[ident] = (expires, name, saved)
+                self.store.put_back(ident, waiting)
                 still = f"(the run still waits: call {RESUME_TOOL} again with this state_id)"
                 raise AnswerError(f"{error}\n{still}") from None
             return handoff, machine
 
         return await guarded(restored(), self._ask, bridge, ctx, tool)
 
-    def _ask(self, ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
+    def _ask_new(self, ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
+        return self._ask(ctx, handoff, machine, new=True)
+
+    def _ask(
+        self, ctx: ServerRequestContext, handoff: Any, machine: Machine, *, new: bool = False
+    ) -> types.CallToolResult:
         """The pending requests as a guide for the calling model; the run is kept under a new state id
-        (guarded() then releases this live copy: the run goes on from the kept one)."""
+        (guarded() then releases this live copy: the run goes on from the kept one). `new`: a run that
+        starts waiting (the store's caps apply; past one, the run is halted and the call refused)."""
         requests = [_describe(request) for request in machine.pending]
-        state_id = self.keep(machine.tool, handoff, machine)
+        state_id = self.keep(machine.tool, handoff, machine, new=new)
         guide = {
             "status": "waiting_for_answers",
             "tool": machine.tool,
@@ -176,4 +316,36 @@ def _answer(request: Request, answer: Any) -> Any:
         return {"action": answer}
     if not isinstance(answer, dict):
         raise AnswerError(f'{where}: a form is answered with an object matching its schema, or "decline"')
+    if request.schema is not None:  # refused here, before anything is fed: the state id stays good
+        try:
+            request.schema.model_validate(answer)
+        except ValidationError as error:
+            fields = "\n".join(f"  {line}" for line in format_validation_errors(error))
+            raise AnswerError(f"{where}: the answer does not fit the form's schema:\n{fields}") from None
     return {"action": "accept", "content": answer}
+
+
+_WAITING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "WaitingForAnswers",
+    "description": f"The run waits for answers: answer each request, then call {RESUME_TOOL}.",
+    "properties": {
+        "status": {"const": "waiting_for_answers"},
+        "tool": {"type": "string"},
+        "instruction": {"type": "string"},
+        "requests": {"type": "array", "items": {"type": "object"}},
+        "next_action": {"type": "object"},
+        "state_id": {"type": "string"},
+    },
+    "required": ["status", "requests", "next_action", "state_id"],
+}
+
+
+def guided_output_schema(output_schema: dict[str, Any]) -> dict[str, Any]:
+    """The output schema listed for a tool that guided mode runs: its own result's, or the guide a
+    waiting call returns (the model's `$defs` stay at the root, where its `$ref`s point)."""
+    own = {key: value for key, value in output_schema.items() if key != "$defs"}
+    listed: dict[str, Any] = {"type": "object", "anyOf": [own, _WAITING_SCHEMA]}
+    if "$defs" in output_schema:
+        listed["$defs"] = output_schema["$defs"]
+    return listed

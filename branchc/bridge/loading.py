@@ -2,77 +2,120 @@
 into a cache and rebuilt only where they changed) or a build folder from `branchc compile`.
 
 Tools always run compiled, in both protocol eras, so a run behaves the same whichever era a
-client speaks. Every model a tool elicits with is checked against what MCP forms can
-express when the tool is loaded, not when a user is waiting for the form.
+client speaks (loading is shared with `branchc run`: runtime/compiled.py). Every model a tool
+elicits with is checked against what MCP forms can express when the tool is loaded, not when a
+user is waiting for the form. `served_tools` collects every problem (what `branchc check`
+reports); `load_served_tools` refuses the first.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-import sys
+import ast
 from pathlib import Path
+from typing import Any
 
+from ..runtime.compiled import CompiledLoadError, LoadedBuild, LoadProblem, compiled_build, import_build, tool_line
 from ..runtime.errors import BranchcError
 from ..runtime.tool import Tool
-from ..splitter.build import MANIFEST, BuildError, build_folder
 from .elicitation import ElicitSchemaError, elicited_models, form_schema
+from .guided import RESUME_TOOL
 
-__all__ = ["ServeLoadError", "load_served_tools"]
+__all__ = ["ServeLoadError", "load_served_tools", "served_tools"]
 
 
 class ServeLoadError(BranchcError, ValueError):
     """PATH does not give a set of tools that can be served; the message says what to fix."""
 
 
-def load_served_tools(path: str | Path) -> dict[str, Tool]:
-    """Every tool under `path`, compiled, by tool name."""
-    path = Path(path)
-    if not path.exists():
-        raise ServeLoadError(f"{path}: no such file or folder; give tool sources or a build folder")
+def load_served_tools(path: str | Path, *, guided: bool = False, **warn: Any) -> dict[str, Tool]:
+    """Every tool under `path`, compiled, by tool name; ServeLoadError names the first problem.
+    `warn=fn` gets the compiler's warnings (splitter.build.build_folder)."""
     try:
-        out = build_folder(path)
-    except BuildError as error:
+        tools, problems = served_tools(path, guided=guided, **warn)
+    except CompiledLoadError as error:
         raise ServeLoadError(str(error)) from None
-    return _import_tools(out)
-
-
-def _import_tools(out: Path) -> dict[str, Tool]:
-    try:
-        manifest = json.loads((out / MANIFEST).read_text())["modules"]
-    except (OSError, ValueError, KeyError) as error:
-        raise ServeLoadError(f"{out / MANIFEST}: not a branchc build manifest ({error}); run branchc compile") from None
-    root = str(out.resolve())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    tools: dict[str, Tool] = {}
-    for name, entry in sorted(manifest.items()):
-        if not entry.get("tools"):
-            continue
-        try:
-            module = importlib.import_module(name)
-        except Exception as error:
-            where = entry.get("source", name)
-            raise ServeLoadError(f"{where}: importing it failed: {type(error).__name__}: {error}") from error
-        for value in vars(module).values():
-            if not isinstance(value, Tool):
-                continue
-            if value.name in tools:
-                raise ServeLoadError(f"{entry.get('source', name)}: a second tool named {value.name!r}; rename one")
-            tools[value.name] = value
-        _check_forms(module, entry.get("source", name))
+    if errors := [problem for problem in problems if problem.severity == "error"]:
+        raise ServeLoadError(str(errors[0]))
     if not tools:
-        raise ServeLoadError(f"{out}: defines no tool; create one with branchc.tool(...)")
+        raise ServeLoadError(f"{path}: defines no tool; create one with branchc.tool(...)")
     return tools
 
 
-def _check_forms(module: object, source: str) -> None:
+def served_tools(
+    path: str | Path, *, guided: bool = False, checking: bool = False, **warn: Any
+) -> tuple[dict[str, Tool], list[LoadProblem]]:
+    """(the tools under `path`, every problem that keeps `branchc serve` from serving them).
+
+    A tool named like guided mode's resume tool is an error with `guided`, else a warning (only
+    `serve --guided` refuses it). CompiledLoadError when `path` holds nothing to load (missing,
+    not compiling, not a build). `checking` (`branchc check`, which knows the sources compile): a
+    module that fails to import while it is built is imported again, to name the line that fails."""
+    path = Path(path)
+    if not path.exists():
+        raise CompiledLoadError(f"{path}: no such file or folder; give tool sources or a build folder")
     try:
-        text = Path(source).read_text(encoding="utf-8")
-    except OSError:
-        return  # a build folder moved away from its sources: forms are checked when asked
-    for model, line in elicited_models(text, vars(module)):
+        out = compiled_build(path, **warn)
+    except CompiledLoadError as error:
+        if not checking or error.out is None:
+            raise
+        out = error.out
+    loaded = import_build(out, every=checking)
+    problems = [*loaded.problems, *_form_problems(loaded)]
+    if RESUME_TOOL in loaded.tools:
+        source = _source_of(loaded, RESUME_TOOL, str(path))
+        line, column = tool_line(source, RESUME_TOOL)
+        problems.append(
+            LoadProblem(
+                source,
+                line,
+                column,
+                f"a tool is named {RESUME_TOOL!r}, the tool guided mode adds; `branchc serve --guided` refuses it",
+                "rename the tool",
+                "error" if guided else "warning",
+            )
+        )
+    return loaded.tools, problems
+
+
+def _source_of(loaded: LoadedBuild, name: str, default: str) -> str:
+    for source, module in loaded.modules.values():
+        if any(isinstance(value, Tool) and value.name == name for value in vars(module).values()):
+            return source
+    return default
+
+
+def _form_problems(loaded: LoadedBuild) -> list[LoadProblem]:
+    """Each elicit call whose `schema=` model MCP forms cannot express, at the call, naming the model."""
+    problems: list[LoadProblem] = []
+    for source, module in loaded.loaded_sources().values():
         try:
-            form_schema(model.model_json_schema(), model.__qualname__)
-        except ElicitSchemaError as error:
-            raise ServeLoadError(f"{source}:{line}: this elicitation cannot be an MCP form: {error}") from None
+            text = Path(source).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # a build folder moved away from its sources: forms are checked when asked
+        for model, line, column in elicited_models(text, vars(module)):
+            try:
+                form_schema(model.model_json_schema(), model.__qualname__)
+            except ElicitSchemaError as error:
+                defined = _class_line(text, model.__qualname__)
+                where = f" (line {defined})" if defined else ""
+                problems.append(
+                    LoadProblem(
+                        source,
+                        line,
+                        column,
+                        f"this elicitation cannot be an MCP form: {error}",
+                        f"make {model.__qualname__}{where} flat, or elicit the nested part with a form of its own",
+                    )
+                )
+    return problems
+
+
+def _class_line(text: str, qualname: str) -> int | None:
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == qualname:
+            return node.lineno
+    return None

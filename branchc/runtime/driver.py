@@ -21,12 +21,14 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from ..continuation.errors import NotSerializableError
 from .client import Client
 from .context import BranchState
-from .errors import MissingCapabilityError, ToolDefinitionError, ToolPhaseError
-from .jsondata import check_json_data
+from .errors import InputClosedError, MissingCapabilityError, ToolDefinitionError, ToolPhaseError
+from .jsondata import check_phase_data
 from .limits import Limits
 from .machine import Machine, Request
+from .runstate import RunStateError, dump_run, load_run
 from .tool import Tool
 
 __all__ = ["Event", "run_tool"]
@@ -42,23 +44,32 @@ async def run_tool(
     limits: Limits | None = None,
     call_id: str | None = None,
     on_event: Callable[[Event], None] | None = None,
+    portable: bool = False,
 ) -> Any:
     """Run `tool` with `params` against `client`; return after()'s result.
 
     `limits` is the runtime policy, tightened with the tool's own limits.
     `call_id` names the MCP tool call (elicit exchanges use it in their ids).
     `on_event` receives a JSON-ready dict for each step (the timeline and traces).
+    `portable`: at every suspension the run is saved as JSON text (runstate.dump_run), let go of,
+    and continued from that text, as the 2026-07-28 era does between rounds; a value that cannot
+    travel fails here, naming the variable and the line. Needs a compiled tool (runtime/compiled.py).
     """
     if tool.client_fn is None:
         raise ToolDefinitionError(
             f"tool {tool.name!r} has no client phase; decorate a generator with @{tool.name}.client"
+        )
+    if portable and getattr(tool.client_fn, "__branchc_meta__", None) is None:
+        raise ToolDefinitionError(
+            f"tool {tool.name!r}: a portable run needs the tool compiled (its client {tool.client_fn.__qualname__} "
+            f"is not); load it with branchc.runtime.compiled.load_compiled_tool"
         )
     model = tool.validate_params(params)
     if missing := tool.requires - frozenset(getattr(client, "capabilities", ())):
         raise MissingCapabilityError(
             f"{tool.name} requires {', '.join(sorted(missing))}, which the client does not offer"
         )
-    run = _Run(tool, client, call_id or os.urandom(6).hex(), tool.limits.tighten(limits), on_event)
+    run = _Run(tool, client, call_id or os.urandom(6).hex(), tool.limits.tighten(limits), on_event, portable)
     return await run.run(model)
 
 
@@ -74,8 +85,11 @@ async def server_phase(tool: Tool, phase: str, fn: Callable[..., Any], *args: An
 
 
 class _Run:
-    def __init__(self, tool: Tool, client: Client, call_id: str, limits: Limits, on_event) -> None:
+    def __init__(
+        self, tool: Tool, client: Client, call_id: str, limits: Limits, on_event, portable: bool = False
+    ) -> None:
         self.tool = tool
+        self.portable = portable
         self.client = client
         self.call_id = call_id
         self.limits = limits
@@ -102,16 +116,16 @@ class _Run:
             handoff = params.model_dump(mode="json")
         else:
             handoff = await self._server_phase("before", tool.before_fn, params)
-            check_json_data(handoff, "handoff", "convert it in before()")
+            check_phase_data(handoff, "handoff", "before", tool.before_fn)
         self.emit("handoff", handoff=handoff)
 
         result = await self._client_phase(json.loads(json.dumps(handoff)))
-        check_json_data(result, "client_result", "convert it in client()")
+        check_phase_data(result, "client_result", "client", tool.client_fn)
         self.emit("client_result", result=result)
 
         if tool.after_fn is not None:
             result = await self._server_phase("after", tool.after_fn, handoff, result)
-            check_json_data(result, "result", "convert it in after()")
+            check_phase_data(result, "result", "after", tool.after_fn)
         result = tool.check_output(result)
         self.emit("result", result=result)
         return result
@@ -123,17 +137,23 @@ class _Run:
         machine = Machine(self.tool.name, self.call_id, self.limits, self.emit if self.on_event else None)
         try:
             machine.start(self.tool.client_fn, handoff, self.tool.client_fn.__qualname__)
-            await self._answer_all(machine)
+            machine = await self._answer_all(machine, handoff)
+        except (NotSerializableError, RunStateError):
+            raise  # the run cannot be saved where it waits: the error names the variable and the line
+        except InputClosedError:
+            raise  # no failure of the tool's: the run was cancelled (halted) where it waited
         except Exception as error:
             raise ToolPhaseError(self.tool.name, "client", error) from error
         if not machine.ok:
             raise ToolPhaseError(self.tool.name, "client", machine.result) from machine.result
         return machine.result
 
-    async def _answer_all(self, machine: Machine) -> None:
-        """Step the machine; ask the client every pending request at once, feed answers as they come."""
+    async def _answer_all(self, machine: Machine, handoff: Any) -> Machine:
+        """Step the machine; ask the client every pending request at once, feed answers as they come.
+        Returns the machine that finished (a portable run continues from a new one at each suspension)."""
         send, receive = anyio.create_memory_object_stream[tuple[str, str, Any]](math.inf)
         asked: dict[str, anyio.CancelScope] = {}
+        unsaved: BaseException | None = None  # raised as itself, not in the task group's ExceptionGroup
         async with anyio.create_task_group() as group:
             try:
                 while True:
@@ -144,6 +164,16 @@ class _Run:
                             asked.pop(key).cancel()
                     if machine.done:
                         break
+                    if self.portable:
+                        try:
+                            machine = self._travel(handoff, machine)
+                        except (NotSerializableError, RunStateError) as error:
+                            unsaved = error  # the run ends here, unsaved: halt it, its finally blocks run once
+                            with anyio.CancelScope(shield=True):
+                                machine.halt_after(error)
+                                with contextlib.suppress(Exception):
+                                    await self._send_outbox(machine)
+                            break
                     pending = machine.pending
                     if len(pending) == 1 and not asked:  # the common case: one question, asked inline
                         asked[pending[0].key] = anyio.CancelScope()
@@ -158,6 +188,14 @@ class _Run:
                         machine.answer(key, value)
                     elif how == "error":
                         machine.fail(key, value)
+                    elif how == "closed":  # the client can answer no more: cancel the run, its finally blocks run
+                        what = _asked(machine.requests[key])
+                        unsaved = InputClosedError(f"input ended while answering {what}; the run was cancelled")
+                        with anyio.CancelScope(shield=True):
+                            machine.halt_after(unsaved)
+                            with contextlib.suppress(Exception):
+                                await self._send_outbox(machine)
+                        break
                     else:
                         machine.expire(key)
             except anyio.get_cancelled_exc_class():
@@ -176,6 +214,17 @@ class _Run:
             finally:
                 for scope in asked.values():
                     scope.cancel()
+        if unsaved is not None:
+            raise unsaved
+        return machine
+
+    def _travel(self, handoff: Any, machine: Machine) -> Machine:
+        """The run as JSON text and back: the live machine is released (none of its cleanup runs; the
+        run goes on from the text), and a machine restored from the text takes its place. Requests in
+        flight are answered into the new machine by key (keys are stable across saves)."""
+        text = dump_run(handoff, machine)
+        machine.release()
+        return load_run(text, emit=self.emit if self.on_event else None)[1]
 
     async def _ask(self, request: Request, dropped: anyio.CancelScope, send: Any) -> None:
         """Ask one request; `dropped` is cancelled when the machine no longer needs the answer."""
@@ -189,6 +238,8 @@ class _Run:
                         outcome = ("answer", await self.client.sample(request.sample))
                     else:
                         outcome = ("answer", await self.client.elicit(request.elicit))
+                except InputClosedError as error:
+                    outcome = ("closed", error)
                 except Exception as error:
                     outcome = ("error", error)
             if timer.cancelled_caught:
@@ -201,3 +252,8 @@ class _Run:
                 await self.client.log(item[1], item[2])
             else:
                 await self.client.notify(*item[1:])
+
+
+def _asked(request: Request) -> str:
+    """A request as a person knows it: `sample #2`, `elicit 'pick'`."""
+    return f"sample #{request.number}" if request.kind == "sample" else f"elicit {request.elicit.key!r}"

@@ -52,8 +52,8 @@ def dump_run(handoff: Any, machine: Machine) -> str:
     return json.dumps({"branchc_run": VERSION, "graph": graph}, separators=(",", ":"), ensure_ascii=False)
 
 
-def load_run(text: str) -> tuple[Any, Machine]:
-    """(handoff, machine) from `dump_run`'s text."""
+def load_run(text: str, emit: Any = None) -> tuple[Any, Machine]:
+    """(handoff, machine) from `dump_run`'s text; `emit` receives the restored machine's events."""
     try:
         data = json.loads(text)
     except ValueError as error:
@@ -68,4 +68,4 @@ def load_run(text: str) -> tuple[Any, Machine]:
     if roots.keys() != {"handoff", "machine"} or type(saved) is not dict or saved.keys() != set(Machine._SAVED):
         release_reachable(roots)  # refused: what was rebuilt is let go of, running none of its cleanup
         raise RunStateError("the saved run holds no run machine")
-    return roots["handoff"], Machine.restored(saved)
+    return roots["handoff"], Machine.restored(saved, emit)
