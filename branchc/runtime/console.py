@@ -14,17 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from .client import ElicitRequest, SampleRequest
-from .errors import BranchcError
+from .errors import InputClosedError
 from .messages import SampleResult
 
 __all__ = ["ConsoleClient", "InputClosedError"]
 
 _TRUE = {"y", "yes", "true", "1"}
 _FALSE = {"n", "no", "false", "0"}
-
-
-class InputClosedError(BranchcError, EOFError):
-    """Standard input ended while a question was open."""
 
 
 class ConsoleClient:
@@ -52,6 +48,7 @@ class ConsoleClient:
         try:
             return self.console.input(f"[bold]{label}[/] ").strip()
         except EOFError:
+            self.console.print()  # end the prompt's line
             raise InputClosedError(f"standard input ended while answering {what}") from None
 
     def _sample(self, request: SampleRequest) -> SampleResult:

@@ -15,6 +15,7 @@ __all__ = [
     "ClientAnswerError",
     "ElicitValidationError",
     "EffectTypeError",
+    "InputClosedError",
     "JsonDataError",
     "MissingCapabilityError",
     "OutputError",
@@ -48,7 +49,24 @@ class OutputError(BranchcError, ValueError):
 
 
 class JsonDataError(BranchcError, TypeError):
-    """A value crossing a phase boundary is not JSON data."""
+    """A value crossing a phase boundary is not JSON data. `problems` lists the first bad values
+    (`path: what is wrong`), `total` counts them all; `place` is the phase function's `file:line`
+    and `phase` its phase, when a phase handed the data on."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        problems: list[str] | None = None,
+        total: int | None = None,
+        place: str | None = None,
+        phase: str | None = None,
+    ) -> None:
+        self.problems = list(problems or [])
+        self.total = len(self.problems) if total is None else total
+        self.place = place
+        self.phase = phase
+        super().__init__(message)
 
 
 class EffectTypeError(BranchcError, TypeError):
@@ -61,6 +79,12 @@ class ClientAnswerError(BranchcError, ValueError):
 
 class MissingCapabilityError(BranchcError, RuntimeError):
     """The client lacks a capability the tool declares in `requires`."""
+
+
+class InputClosedError(BranchcError, EOFError):
+    """The client's input ended (a person's standard input closed) while a request was open. Not a
+    failure of the tool's code: `run_tool` cancels the run (its finally blocks run at their yields)
+    and raises this, naming the request."""
 
 
 class ElicitValidationError(BranchcError, ValueError):

@@ -56,19 +56,32 @@ class BuildResult:
         return [d for d in self.diagnostics if d.severity == "error"]
 
 
-def find_sources(sources: Iterable[str | Path]) -> list[SourceFile]:
-    """Python files under each source (a file, or a folder searched recursively)."""
+def find_sources(sources: Iterable[str | Path], *, skip: Iterable[str | Path] = ()) -> list[SourceFile]:
+    """Python files under each source (a file, or a folder searched recursively). The search passes
+    over hidden folders and __pycache__, over builds (a folder holding branchc.json: compiled output is
+    never a source, so `compile . -o build` does not read its own output the next time), over the
+    folders in `skip` (compile's -o, even before it holds a manifest) and over the compile cache."""
+    skipped = {os.path.realpath(folder) for folder in (*skip, cache_root())}
     found: list[SourceFile] = []
     for source in map(Path, sources):
         if source.is_dir():
-            for path in sorted(source.rglob("*.py")):
-                if not any(part.startswith(".") or part == "__pycache__" for part in path.relative_to(source).parts):
-                    found.append(SourceFile(path, path.relative_to(source)))
+            paths = []
+            for folder, folders, names in os.walk(source):
+                folders[:] = [name for name in folders if not _passed_over(os.path.join(folder, name), name, skipped)]
+                paths += [Path(folder, name) for name in names if name.endswith(".py") and not name.startswith(".")]
+            for path in sorted(paths):
+                found.append(SourceFile(path, path.relative_to(source)))
         elif source.is_file():
             found.append(SourceFile(source, Path(source.name)))
         else:
             raise FileNotFoundError(f"{source}: no such file or folder")
     return found
+
+
+def _passed_over(folder: str, name: str, skipped: set[str]) -> bool:
+    if name.startswith(".") or name == "__pycache__":
+        return True
+    return os.path.isfile(os.path.join(folder, MANIFEST)) or os.path.realpath(folder) in skipped
 
 
 def _digest(text: str) -> str:
@@ -137,7 +150,10 @@ def build(
 ) -> BuildResult:
     """Compile `sources` into `out`; files whose content did not change since the last build are kept."""
     out = Path(out)
-    files = find_sources(sources)
+    files = find_sources(sources, skip=[out])
+    for source in files:
+        if os.path.realpath(out / source.relative) == os.path.realpath(source.path):
+            raise BuildError(f"{source.path}: compiling into {out} would write over this source; give another folder")
     manifest_path = out / MANIFEST
     previous: dict[str, Any] = {}
     if manifest_path.is_file():
@@ -153,9 +169,10 @@ def build(
     for source, text in jobs:
         digest = digests[source] = _digest(text)
         old = previous.get(source.module)
-        if old and old.get("hash") == digest and (out / source.relative).is_file():
+        if old and old.get("hash") == digest and "warnings" in old and (out / source.relative).is_file():
             modules[source.module] = old
             result.cached.append(source.module)
+            result.diagnostics += _replayed(str(source.path), old.get("warnings"))  # as if compiled again
         else:
             todo.append((source, text))
     done = len(files) - len(todo)
@@ -175,6 +192,7 @@ def build(
                 "functions": [f.manifest() for f in compiled.functions],
                 "classes": compiled.classes,
                 "tools": [],
+                "warnings": [[d.line, d.column, d.message, d.hint] for d in diagnostics if d.severity == "warning"],
             }
             result.compiled.append(source.module)
         if progress is not None:
@@ -195,6 +213,17 @@ def build(
     }
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return result
+
+
+def _replayed(path: str, warnings: Any) -> list[Diagnostic]:
+    """The warnings a manifest recorded for an unchanged module."""
+    try:
+        return [
+            Diagnostic(path, int(line), int(column), "warning", str(message), str(hint))
+            for line, column, message, hint in warnings or ()
+        ]
+    except (TypeError, ValueError):  # a manifest from elsewhere: nothing to repeat
+        return []
 
 
 def _write(target: Path, compiled: CompiledModule) -> None:
@@ -232,21 +261,35 @@ def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
 
 
 class BuildError(ValueError):
-    """Sources that do not compile, or a path that holds neither sources nor a build."""
+    """Sources that do not compile, or a path that holds neither sources nor a build; `out`, when set,
+    is the build folder that was written all the same (a module compiled but failed to import)."""
+
+    out: Path | None = None
 
 
 def cache_folder(source: Path) -> Path:
     """Where the compiled form of `source` is kept ($BRANCHC_CACHE, else the user's cache folder)."""
-    root = os.environ.get("BRANCHC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "branchc"
-    )
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
-    return Path(root) / f"{source.name or 'root'}-{digest}"
+    return cache_root() / f"{source.name or 'root'}-{digest}"
 
 
-def build_folder(path: str | Path) -> Path:
+def cache_root() -> Path:
+    """The folder of every cached build: $BRANCHC_CACHE, else the user's cache folder."""
+    return Path(
+        os.environ.get("BRANCHC_CACHE")
+        or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "branchc")
+    )
+
+
+def _print_warning(diagnostic: Diagnostic) -> None:
+    print(diagnostic, file=sys.stderr)
+
+
+def build_folder(path: str | Path, warn: Callable[[Diagnostic], None] | None = _print_warning) -> Path:
     """A build of `path`: the folder itself when it is a build, else its sources compiled into the
-    cache (rebuilt only where they changed)."""
+    cache (rebuilt only where they changed). `warn` is given each compiler warning of the sources,
+    unchanged ones too (the manifest keeps them); by default they go to stderr, compiler style, so
+    that `serve`, `run` and `graph` on sources show what `check` would."""
     path = Path(path)
     if not path.exists():
         raise BuildError(f"{path}: no such file or folder; give tool sources or a build folder")
@@ -256,5 +299,9 @@ def build_folder(path: str | Path) -> Path:
     result = build([path], out)
     if result.errors:
         shown = "\n".join(str(d) for d in result.errors[:10])
-        raise BuildError(f"{path}: the tools do not compile:\n{shown}")
+        error = BuildError(f"{path}: the tools do not compile:\n{shown}")
+        error.out = out
+        raise error
+    for diagnostic in result.diagnostics if warn is not None else ():
+        warn(diagnostic)
     return out

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..runtime.inputs import InputError, parse_json, read_text
+
 __all__ = ["TRACE_FORMAT", "TraceError", "TraceRecorder", "read_trace"]
 
 TRACE_FORMAT = "branchc-trace/1"
@@ -54,11 +56,9 @@ _EVENT_FIELDS = (
 def read_trace(path: str | Path) -> dict[str, Any]:
     """A trace written by `branchc run --trace`, checked for the shape the overlay reads."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise TraceError(f"{path}: cannot read it: {error.strerror}") from None
-    except ValueError as error:
-        raise TraceError(f"{path}: not JSON: {error}") from None
+        data = parse_json(read_text(path), str(path))  # within the input limits: no depth or size past them
+    except InputError as error:
+        raise TraceError(str(error)) from None
     if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
         raise TraceError(
             f"{path}: not a branchc trace (expected format {TRACE_FORMAT!r}); record one with branchc run --trace"
