@@ -155,7 +155,8 @@ async def test_elicit_context_must_be_json_data():
     with pytest.raises(JsonDataError) as info:
         ctx.elicit("pick", message="m", schema=Choice, context={"cards": [datetime.date(2024, 1, 1)]})
     assert str(info.value) == (
-        "ctx.elicit('pick', context=...)['cards'][0]: date is not JSON data; pass JSON data (convert values first)"
+        "ctx.elicit('pick', context=...)['cards'][0]: date is not JSON data (use .isoformat()); "
+        "pass JSON data (convert values first)"
     )
     with pytest.raises(JsonDataError, match=r"\['t'\]: tuple is not JSON data"):
         ctx.elicit("pick", message="m", schema=Choice, context={"t": (1,)})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,15 @@ def _cycle():
     return data
 
 
-FIX = "convert it in before()"
+KINDS = "JSON data is None, bool, int, float, str, list, and dict with str keys"
+
+
+def not_json(fn, phase: str, *problems: str) -> str:
+    """The message for data a phase returned that is not JSON: the def's file:line, each problem, the hint."""
+    relative = os.path.relpath(__file__)  # relative to the working folder when inside it
+    place = f"{__file__ if relative.startswith('..') else relative}:{fn.__code__.co_firstlineno + 1}"  # the def
+    lines = [f"{place}: {phase}() returned data that is not JSON:", *(f"  {p}" for p in problems)]
+    return "\n".join([*lines, f"  hint: convert them in {phase}(): {KINDS}"])
 
 
 @pytest.mark.parametrize(
@@ -210,19 +219,19 @@ FIX = "convert it in before()"
     [
         (
             {"flights": [1, 2, datetime.datetime(2024, 1, 1)]},
-            f"handoff['flights'][2]: datetime is not JSON data; {FIX}",
+            "handoff['flights'][2]: datetime is not JSON data (use .isoformat())",
         ),
-        ({"p": (1, 2)}, f"handoff['p']: tuple is not JSON data; {FIX}"),
-        ((1, 2), f"handoff: tuple is not JSON data; {FIX}"),
-        ({"x": float("nan")}, f"handoff['x']: nan is not JSON data (JSON has no NaN or infinity); {FIX}"),
-        ({"x": [0.5, float("-inf")]}, f"handoff['x'][1]: -inf is not JSON data (JSON has no NaN or infinity); {FIX}"),
-        ({"ok": 1, 1: "a"}, f"handoff: key 1 is a int; JSON object keys are str; {FIX}"),
-        ({"d": {("a",): 1}}, f"handoff['d']: key ('a',) is a tuple; JSON object keys are str; {FIX}"),
-        ({"m": [Point()]}, f"handoff['m'][0]: Point is not JSON data (use .model_dump(mode='json')); {FIX}"),
-        (Point(), f"handoff: Point is not JSON data (use .model_dump(mode='json')); {FIX}"),
-        ({"s": {1, 2}}, f"handoff['s']: set is not JSON data; {FIX}"),
-        ({"b": b"raw"}, f"handoff['b']: bytes is not JSON data; {FIX}"),
-        (_cycle(), f"handoff['a'][0]: the value contains itself (a cycle is not JSON data); {FIX}"),
+        ({"p": (1, 2)}, "handoff['p']: tuple is not JSON data (use a list)"),
+        ((1, 2), "handoff: tuple is not JSON data (use a list)"),
+        ({"x": float("nan")}, "handoff['x']: nan is not JSON data (JSON has no NaN or infinity)"),
+        ({"x": [0.5, float("-inf")]}, "handoff['x'][1]: -inf is not JSON data (JSON has no NaN or infinity)"),
+        ({"ok": 1, 1: "a"}, "handoff: key 1 is a int; JSON object keys are str"),
+        ({"d": {("a",): 1}}, "handoff['d']: key ('a',) is a tuple; JSON object keys are str"),
+        ({"m": [Point()]}, "handoff['m'][0]: Point is not JSON data (use .model_dump(mode='json'))"),
+        (Point(), "handoff: Point is not JSON data (use .model_dump(mode='json'))"),
+        ({"s": {1, 2}}, "handoff['s']: set is not JSON data (use a sorted list)"),
+        ({"b": b"raw"}, "handoff['b']: bytes is not JSON data (decode or base64-encode it to a str)"),
+        (_cycle(), "handoff['a'][0]: the value contains itself (a cycle is not JSON data)"),
     ],
 )
 async def test_handoff_that_is_not_json_data_names_the_path(handoff, message):
@@ -242,7 +251,8 @@ async def test_handoff_that_is_not_json_data_names_the_path(handoff, message):
     events = Events()
     with pytest.raises(JsonDataError) as info:
         await run_tool(t, {}, client_, on_event=events)
-    assert str(info.value) == message
+    assert str(info.value) == not_json(before, "before", message)
+    assert info.value.problems == [message] and info.value.phase == "before"
     assert not isinstance(info.value, ToolPhaseError)
     assert started == []
     assert client_.log_calls == []
@@ -265,7 +275,9 @@ async def test_client_result_that_is_not_json_data():
 
     with pytest.raises(JsonDataError) as info:
         await run_tool(t, {}, MockClient())
-    assert str(info.value) == "client_result['ok'][1]['when']: date is not JSON data; convert it in client()"
+    assert str(info.value) == not_json(
+        client, "client", "client_result['ok'][1]['when']: date is not JSON data (use .isoformat())"
+    )
     assert after_calls == []
 
 
@@ -283,7 +295,7 @@ async def test_after_result_that_is_not_json_data():
 
     with pytest.raises(JsonDataError) as info:
         await run_tool(t, {}, MockClient())
-    assert str(info.value) == "result['r']: tuple is not JSON data; convert it in after()"
+    assert str(info.value) == not_json(after, "after", "result['r']: tuple is not JSON data (use a list)")
 
 
 # -- phase errors ----------------------------------------------------------------------------
