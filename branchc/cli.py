@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from enum import StrEnum
@@ -10,18 +11,21 @@ from typing import Annotated, Any
 
 import anyio
 import typer
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from .continuation.errors import NotSerializableError
 from .runtime import Limits, run_tool
 from .runtime.client import ElicitAnswer
+from .runtime.compiled import load_compiled_tool
 from .runtime.console import ConsoleClient
 from .runtime.errors import BranchcError, ToolPhaseError, format_validation_errors
+from .runtime.inputs import InputError, parse_json, parse_yaml, read_text
 from .runtime.loader import load_tool
 from .runtime.messages import SampleResult
+from .runtime.runstate import RunStateError
 from .runtime.testing import MockClient
 from .viz import TimelinePrinter
 from .viz.trace import TraceRecorder
@@ -64,14 +68,11 @@ class _Responses(BaseModel):
 
 
 def _load_responses(path: Path) -> MockClient:
+    """The scripted answers, read within the input limits (runtime/inputs.py): no anchors or aliases."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as error:
-        raise CliError(f"{path}: cannot read it: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise CliError(f"{path}{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
+        data = parse_yaml(read_text(path), str(path)) or {}
+    except InputError as error:
+        raise CliError(str(error)) from None
     try:
         script = _Responses.model_validate(data)
     except ValidationError as error:
@@ -84,10 +85,11 @@ def _load_responses(path: Path) -> MockClient:
 
 
 def _parse_params(text: str) -> Any:
+    """The tool's arguments, read within the input limits (runtime/inputs.py)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CliError(f"--params: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+        return parse_json(text, "--params")
+    except InputError as error:
+        raise CliError(str(error)) from None
 
 
 def _phase_location(error: ToolPhaseError) -> str:
@@ -125,9 +127,17 @@ def run(
         Path | None,
         typer.Option("--trace", metavar="FILE", help="Record every step as JSON, for `branchc graph --trace`."),
     ] = None,
+    in_memory: Annotated[
+        bool,
+        typer.Option(
+            "--in-memory", help="Run the source as written, in memory: no compiling, no saving at each suspension."
+        ),
+    ] = False,
 ) -> None:
     """Run a tool: before -> client -> after, with scripted or typed answers.
 
+    The tool runs compiled, as `serve` runs it, and at every suspension the run is saved as JSON and
+    continued from it, so what cannot travel between rounds fails here too (--in-memory: not so).
     The timeline goes to stderr, the result (JSON) to stdout.
     """
     recorder: TraceRecorder | None = None
@@ -136,7 +146,10 @@ def run(
             raise CliError(f"--trace {trace}: no folder {trace.resolve().parent} to write it in")
         if interactive == (responses is not None):
             raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
-        tool = load_tool(file, tool_name)
+        if in_memory:
+            tool = load_tool(file, tool_name)
+        else:
+            tool = load_compiled_tool(file, tool_name, warn=lambda diagnostic: _print_diagnostics([diagnostic]))
         arguments = _parse_params(params)
         client = ConsoleClient(err) if interactive else _load_responses(responses)
         limits = Limits(max_depth=max_depth, max_tokens=max_tokens, timeout=timeout)
@@ -151,7 +164,13 @@ def run(
 
         result = anyio.run(
             lambda: run_tool(
-                tool, arguments, client, limits=limits, call_id=call_id, on_event=on_event if observers else None
+                tool,
+                arguments,
+                client,
+                limits=limits,
+                call_id=call_id,
+                on_event=on_event if observers else None,
+                portable=not in_memory,
             )
         )
     except ToolPhaseError as error:
@@ -160,6 +179,15 @@ def run(
         if place:
             err.print(f"  [dim]at {escape(place)}[/]")
         _write_trace(recorder, trace, error=str(error))
+        raise typer.Exit(1) from None
+    except (NotSerializableError, RunStateError) as error:
+        text = f"{type(error).__name__}: {error}"  # as the 2026-07-28 era reports it
+        err.print(f"[red bold]error:[/] {escape(text)}")
+        err.print(
+            "  [dim]hint: branchc run saves the run at every suspension, as serve does between rounds; "
+            "--in-memory runs it without saving[/]"
+        )
+        _write_trace(recorder, trace, error=text)
         raise typer.Exit(1) from None
     except (CliError, BranchcError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
@@ -189,7 +217,8 @@ def _print_diagnostics(diagnostics) -> None:
 def check(
     sources: Annotated[list[Path], typer.Argument(help="Files or folders (searched recursively).")],
 ) -> None:
-    """Report what the compiler would refuse, compiler style; exit 1 when there are errors."""
+    """Report what the compiler, or `serve` when it loads the tools, would refuse, compiler style; exit 1
+    when there are errors. Once the sources compile, their tool modules are imported, as `serve` does."""
     from .splitter.build import check as check_sources
 
     try:
@@ -197,6 +226,8 @@ def check(
     except FileNotFoundError as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
+    if not any(d.severity == "error" for d in diagnostics):
+        diagnostics += _load_diagnostics(sources)
     _print_diagnostics(diagnostics)
     errors = sum(d.severity == "error" for d in diagnostics)
     if errors:
@@ -204,6 +235,29 @@ def check(
         raise typer.Exit(1)
     warnings = len(diagnostics) - errors
     err.print(f"no errors{f', {warnings} warning(s)' if warnings else ''}")
+
+
+def _load_diagnostics(sources: list[Path]) -> list[Any]:
+    """What `branchc serve SOURCE` would refuse when it loads each source's tools (an import that fails,
+    two tools of one name, an elicitation form MCP cannot express; a tool named like guided mode's
+    resume tool as a warning). Each source is loaded on its own, as a server of it would."""
+    from .bridge.loading import served_tools
+    from .splitter.diagnostics import Diagnostic
+
+    found: list[Any] = []
+    for source in sources:
+        modules, path = set(sys.modules), list(sys.path)
+        try:
+            _, problems = served_tools(source, checking=True, warn=None)
+        except BranchcError as error:  # nothing to load: reported as the path's own error
+            found.append(Diagnostic(str(source), 1, 1, "error", str(error)))
+            continue
+        finally:  # the next source's modules may have the same names
+            for name in set(sys.modules) - modules:
+                del sys.modules[name]
+            sys.path[:] = path
+        found += [Diagnostic(p.path, p.line, p.column, p.severity, p.message, p.hint) for p in problems]
+    return found
 
 
 @app.command(name="compile")
@@ -214,7 +268,7 @@ def compile_(
     """Compile tools into importable modules in OUT, plus the manifest OUT/branchc.json."""
     from rich.progress import Progress
 
-    from .splitter.build import build
+    from .splitter.build import BuildError, build
 
     interactive = err.is_terminal
     try:
@@ -228,7 +282,7 @@ def compile_(
                 result = build(sources, out, progress=progress)
         else:
             result = build(sources, out)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, BuildError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
     _print_diagnostics(result.diagnostics)
@@ -347,9 +401,39 @@ def serve(
     state_ttl: Annotated[
         float, typer.Option("--state-ttl", min=1, help="Seconds a round's request_state stays good.")
     ] = 600,
+    guided_ttl: Annotated[
+        float, typer.Option("--guided-ttl", min=1, help="Seconds a guided run waits for its answers.")
+    ] = 1800,
+    guided_max_runs: Annotated[
+        int, typer.Option("--guided-max-runs", min=1, help="Most guided runs waiting at once; more starts are refused.")
+    ] = 1000,
+    guided_max_mb: Annotated[
+        float, typer.Option("--guided-max-mb", min=0.001, help="Most MiB of saved state guided runs hold at once.")
+    ] = 256,
     provider_key: Annotated[
         str | None, typer.Option("--provider-key", envvar="BRANCHC_PROVIDER_KEY", help="Its API key, if it needs one.")
     ] = None,
+    answer_timeout: Annotated[
+        float,
+        typer.Option(
+            "--answer-timeout",
+            min=0,
+            help="Seconds a client may take to answer a sample or a form mid-call (handshake era); 0: no limit. "
+            "A client that disconnects ends its run at once, whatever this says.",
+        ),
+    ] = 3600,
+    max_message_mb: Annotated[
+        float,
+        typer.Option(
+            "--max-message-mb",
+            min=0.001,
+            help="HTTP: most MiB in one message from a client; a bigger answer fails the request it answers.",
+        ),
+    ] = 4,
+    session_timeout: Annotated[
+        float,
+        typer.Option("--session-timeout", min=0, help="HTTP: seconds an idle session is kept; 0: until deleted."),
+    ] = 1800,
 ) -> None:
     """Serve the tools in PATH to MCP clients, in both protocol eras."""
     from .bridge.loading import load_served_tools
@@ -365,7 +449,7 @@ def serve(
                     f"--sampling {sampling.value} needs --provider-url and --provider-model (the model endpoint)"
                 )
             provider = ChatCompletionsProvider(provider_url, provider_model, api_key=provider_key)
-        tools = load_served_tools(path)
+        tools = load_served_tools(path, guided=guided)
         server = create_server(
             tools,
             name=name,
@@ -374,6 +458,10 @@ def serve(
             provider=provider,  # type: ignore[arg-type]
             guided=guided,
             state_ttl=state_ttl,
+            guided_ttl=guided_ttl,
+            guided_max_runs=guided_max_runs,
+            guided_max_bytes=int(guided_max_mb * 2**20),
+            answer_timeout=answer_timeout or None,
         )
     except (BranchcError, CliError, ValueError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
@@ -386,7 +474,8 @@ def serve(
         err.print(f"[red bold]error:[/] --http {escape(http)}: give HOST:PORT, for example 127.0.0.1:8765")
         raise typer.Exit(2)
     err.print(f"serving {len(tools)} tool(s) at http://{host}:{port}/mcp")
-    anyio.run(serve_http, server, host, int(port))
+    limits = {"max_message_size": int(max_message_mb * 2**20), "session_timeout": session_timeout or None}
+    anyio.run(functools.partial(serve_http, server, host, int(port), **limits))
 
 
 def main() -> None:

@@ -139,7 +139,7 @@ def test_interactive_stdin_closed_is_a_clear_error(demo) -> None:
     tool_file, _ = demo
     done = branchc("run", str(tool_file), "-i", stdin="")
     assert done.returncode == 1
-    assert "standard input ended while answering a sample" in done.stderr
+    assert "input ended while answering sample #1; the run was cancelled" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -179,6 +179,8 @@ def test_bad_tool_name_and_file(demo, tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("x = 1\ndef f(:\n")
     done = branchc("run", str(broken), "-r", str(responses))
+    assert f"{broken}:2:7: error: syntax error" in done.stderr  # compiled by default: the compiler's diagnostic
+    done = branchc("run", str(broken), "-r", str(responses), "--in-memory")
     assert f"{broken}:2:7: syntax error" in done.stderr
 
 

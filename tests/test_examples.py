@@ -57,8 +57,12 @@ def client_result(events):
 @pytest.mark.parametrize("name", ["pick_card", "book_flight", "tictactoe", "research"])
 def test_each_example_defines_a_tool_named_like_its_file(name):
     module = load_example(name)
-    assert getattr(module, name).name == name
-    assert getattr(module, name).client_fn is module.client
+    defined = getattr(module, name)
+    assert defined.name == name
+    if defined.fn is None:  # the long form: before / client / after
+        assert defined.client_fn is module.client
+    else:  # the short form: the generator is the tool, its parameters the params
+        assert defined.client_fn.__wrapped__ is defined.fn and defined.fn.__name__ == name
 
 
 # -- pick_card ------------------------------------------------------------------------------------------

@@ -126,17 +126,17 @@ def test_research_links_every_all_branch_and_the_function_graph_stands_alone() -
     manifest = load_manifest(TOOLS / "research.py")
     graph = split_graph(manifest, tool="research")
     assert edges(graph) == {
-        (("client", 0), ("client", 1), "normal"),  # notify
-        (("client", 1), ("client", 2), "normal"),  # all of three investigate branches
-        (("client", 2), ("investigate", 0), "link"),
-        (("client", 2), ("client", 3), "normal"),  # notify
-        (("client", 3), ("client", 4), "normal"),  # sample the combined answer
-        (("client", 4), ("client", "return"), "normal"),
+        (("research", 0), ("research", 1), "normal"),  # notify
+        (("research", 1), ("research", 2), "normal"),  # all of three investigate branches
+        (("research", 2), ("investigate", 0), "link"),
+        (("research", 2), ("research", 3), "normal"),  # notify
+        (("research", 3), ("research", 4), "normal"),  # sample the combined answer
+        (("research", 4), ("research", "return"), "normal"),
         (("investigate", 0), ("investigate", 1), "normal"),
         (("investigate", 1), ("investigate", 2), "normal"),
         (("investigate", 2), ("investigate", "return"), "normal"),
     }
-    effect = next(d["effect"] for _, d in graph.nodes(data=True) if d.get("state") == 2 and d["function"] == "client")
+    effect = next(d["effect"] for _, d in graph.nodes(data=True) if d.get("state") == 2 and d["function"] == "research")
     assert effect == {"kind": "all", "targets": ["investigate"]}
     alone = split_graph(manifest, function="investigate")
     assert states(alone) == {("investigate", 0), ("investigate", 1), ("investigate", 2), ("investigate", "return")}
@@ -304,7 +304,7 @@ def test_a_trace_that_loops_visits_the_loop_again() -> None:
 def test_bad_trace_files_name_the_file_and_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    with pytest.raises(TraceError, match=r"bad.json: not JSON"):
+    with pytest.raises(TraceError, match=r"bad.json: not valid JSON at line 1 column 2"):
         read_trace(bad)
     bad.write_text(json.dumps({"format": "other"}))
     with pytest.raises(TraceError, match=r"not a branchc trace .*branchc run --trace"):

@@ -1,3 +1,6 @@
-"""The MCP bridge (not built yet): it will serve tools to MCP clients in both protocol eras,
-mapping effects to MCP traffic, by implementing `branchc.runtime.Client` over the `mcp` SDK.
-"""
+"""The MCP bridge: compiled tools served to MCP clients in both protocol eras (`branchc serve`,
+server.py), or added to an existing SDK server beside its own tools (`mount`, mount.py)."""
+
+from .mount import mount
+
+__all__ = ["mount"]

@@ -10,11 +10,13 @@ sealed by the SDK's own `RequestStateBoundary`.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Mapping
 
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
@@ -23,10 +25,12 @@ from ..runtime.errors import BranchcError, MissingCapabilityError, ParamsError
 from ..runtime.limits import Limits
 from ..runtime.tool import Tool
 from .backchannel import BackchannelClient, client_capabilities
-from .guided import RESUME_TOOL, GuidedRuns, resume_tool
+from .connection import ends_with_connection
+from .guided import RESUME_TOOL, GuidedRuns, MemoryWaitingRuns, guided_output_schema, resume_tool
+from .loglevel import set_logging_level
 from .provider import ChatCompletionsProvider, SamplingMode
 from .results import describe_failure, error_result, result_of
-from .rounds import run_round
+from .rounds import missing_capability, run_round
 
 __all__ = ["Bridge", "create_server"]
 
@@ -43,6 +47,8 @@ class Bridge:
         sampling: SamplingMode = "client",
         provider: ChatCompletionsProvider | None = None,
         guided: bool = False,
+        guided_runs: GuidedRuns | None = None,
+        answer_timeout: float | None = None,
     ) -> None:
         if sampling != "client" and provider is None:
             raise ValueError(f"sampling={sampling!r} needs a provider: give the model endpoint's URL and model")
@@ -51,7 +57,8 @@ class Bridge:
         self.limits = limits
         self.sampling = sampling
         self.provider = provider
-        self.guided = GuidedRuns() if guided else None
+        self.guided = (guided_runs or GuidedRuns()) if guided else None
+        self.answer_timeout = answer_timeout  # seconds a client may take to answer a sample or form (None: no limit)
         if guided and RESUME_TOOL in self.tools:
             raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
 
@@ -71,9 +78,12 @@ class Bridge:
         tools = [
             types.Tool(
                 name=tool.name,
+                title=tool.title,
                 description=tool.description or None,
                 input_schema=tool.input_schema,
-                output_schema=tool.output_schema,
+                output_schema=self._output_schema(ctx, tool),
+                annotations=tool.annotations and types.ToolAnnotations.model_validate(tool.annotations),
+                icons=tool.icons and [types.Icon.model_validate(icon) for icon in tool.icons],
             )
             for tool in self.tools.values()
         ]
@@ -81,9 +91,18 @@ class Bridge:
             tools.append(resume_tool())
         return types.ListToolsResult(tools=tools)
 
+    def _output_schema(self, ctx: ServerRequestContext, tool: Tool) -> dict | None:
+        """The tool's output schema; for a client guided mode answers for, one that admits the guide too."""
+        schema = tool.output_schema
+        if schema is not None and self.guided is not None and tool.requires - self.offered(ctx):
+            return guided_output_schema(schema)
+        return schema
+
     async def call_tool(
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        if self.guided is not None:
+            self.guided.store.sweep()  # runs that expired are let go of, whether or not they are asked for
         if self.guided is not None and params.name == RESUME_TOOL:
             return await self.guided.resume(self, ctx, params.arguments)
         tool = self.tools.get(params.name)
@@ -99,30 +118,36 @@ class Bridge:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await run_round(self, ctx, tool, model, params)
         try:
-            value = await run_tool(
-                tool,
-                model,
-                BackchannelClient(ctx, tool.name, self.sampler(ctx)),
-                limits=self.limits,
-                call_id=str(ctx.request_id),
-            )
-        except MissingCapabilityError as error:
-            return error_result(f"{error}; connect with a client that offers it")
+            with ends_with_connection(ctx) as call:  # a client gone over HTTP ends the run (connection.py)
+                value = await run_tool(
+                    tool,
+                    model,
+                    BackchannelClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout),
+                    limits=self.limits,
+                    call_id=str(ctx.request_id),
+                )
+        except MissingCapabilityError:  # the same words as the 2026-07-28 era's (rounds.missing_capability)
+            return error_result(str(missing_capability(tool, tool.requires - self.offered(ctx))))
         except BranchcError as error:
             return error_result(describe_failure(error))
+        if call.cancelled_caught:  # nobody reads this: the run was halted, its finally blocks ran
+            return error_result(f"{tool.name}: the client's connection closed; the run was cancelled")
         return result_of(value)
 
 
-def state_security(key: str | None, ttl: float = 600) -> RequestStateSecurity:
-    """Sealing for `request_state`: the configured key, else a key of this process only;
-    a round must be continued within `ttl` seconds."""
+EPHEMERAL_KEY_WARNING = (
+    "branchc serve: no --state-key (or BRANCHC_STATE_KEY) given: request_state is sealed with a key of this "
+    "process only, so a round can only be continued by this process; replicas need one shared key"
+)
+
+
+def state_security(key: str | None, ttl: float = 600, *, warn: bool = True) -> RequestStateSecurity:
+    """Sealing for `request_state`: the configured key, else a key of this process only (`warn`: say
+    so on stderr); a round must be continued within `ttl` seconds."""
     if key:
         return RequestStateSecurity(keys=[key], ttl=ttl)
-    print(
-        "branchc serve: no --state-key (or BRANCHC_STATE_KEY) given: request_state is sealed with a key of this "
-        "process only, so a round can only be continued by this process; replicas need one shared key",
-        file=sys.stderr,
-    )
+    if warn:
+        print(EPHEMERAL_KEY_WARNING, file=sys.stderr)
     return RequestStateSecurity.ephemeral(ttl=ttl)
 
 
@@ -136,10 +161,40 @@ def create_server(
     sampling: SamplingMode = "client",
     provider: ChatCompletionsProvider | None = None,
     guided: bool = False,
+    guided_ttl: float = 1800,
+    guided_max_runs: int = 1000,
+    guided_max_bytes: int = 256 * 2**20,
+    answer_timeout: float | None = None,
 ) -> Server:
-    """The lowlevel SDK server for `tools`, with the request-state boundary in place."""
-    bridge = Bridge(tools, name=name, limits=limits, sampling=sampling, provider=provider, guided=guided)
-    server = Server(name, version=__version__, on_list_tools=bridge.list_tools, on_call_tool=bridge.call_tool)
-    server.middleware.append(RequestStateBoundary(state_security(state_key, state_ttl), default_audience=name))
+    """The lowlevel SDK server for `tools`, with the request-state boundary in place. Guided mode's
+    waiting runs expire after `guided_ttl` seconds; at most `guided_max_runs` runs, holding at most
+    `guided_max_bytes` of saved state, wait at once (a new start past either is refused). In the handshake
+    era a client that has not answered a sample or an elicitation after `answer_timeout` seconds fails it
+    (the run sees the error at its yield); None waits as long as the client's connection is open."""
+    runs = GuidedRuns(guided_ttl, MemoryWaitingRuns(guided_max_runs, guided_max_bytes)) if guided else None
+    bridge = Bridge(
+        tools,
+        name=name,
+        limits=limits,
+        sampling=sampling,
+        provider=provider,
+        guided=guided,
+        guided_runs=runs,
+        answer_timeout=answer_timeout,
+    )
+    with warnings.catch_warnings():  # logging is deprecated in 2026-07-28 (SEP-2577), yet the handshake era has it
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server = Server(
+            name,
+            version=__version__,
+            on_list_tools=bridge.list_tools,
+            on_call_tool=bridge.call_tool,
+            on_set_logging_level=set_logging_level,  # declares the logging capability (loglevel.py)
+        )
+    # without a key only this process can continue a round: that matters where replicas may share one address,
+    # so serve_http warns of it (transport.py); on stdio one process serves its one client anyway
+    security = state_security(state_key, state_ttl, warn=False)
+    server.middleware.append(RequestStateBoundary(security, default_audience=name))
     server.bridge = bridge  # type: ignore[attr-defined]
+    server.state_key_given = bool(state_key)  # type: ignore[attr-defined]
     return server

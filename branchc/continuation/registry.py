@@ -31,6 +31,7 @@ __all__ = [
     "FunctionMeta",
     "compiled",
     "compiled_function",
+    "held",
     "lookup",
     "meta_of",
     "nested_code",
@@ -333,7 +334,8 @@ def _find_nested(module_name: str, qualname: str) -> FunctionMeta | None:
     if not isinstance(table, dict) or qualname not in table.get("functions", ()):
         return None
     targets = {qualname, f"{qualname}.<locals>._bc_body"}
-    stack = [c for c in vars(module).values() if isinstance(c, types.FunctionType)]
+    values = list(vars(module).values())
+    stack = [c for c in [*values, *map(held, values)] if isinstance(c, types.FunctionType)]
     stack += [
         m
         for c in vars(module).values()
@@ -355,13 +357,31 @@ def _find_nested(module_name: str, qualname: str) -> FunctionMeta | None:
 
 
 def _by_name(module: types.ModuleType, qualname: str) -> Any:
-    """Walk a qualname through __dict__ only (no getattr hooks, no imports)."""
+    """Walk a qualname through __dict__ only (no getattr hooks, no imports); an object there that
+    holds a function (see `held`) stands for it."""
     found: Any = module
     for part in qualname.split("."):
         if not isinstance(found, (type, types.ModuleType)):
             return None
         found = vars(found).get(part)
-    return found
+    return held(found)
+
+
+def held(value: Any) -> Any:
+    """The function `value` stands for: itself, or the one it holds as `__wrapped__` in its own
+    __dict__ (a tool made by a decorator, a functools.wraps wrapper), followed a few levels;
+    read through __dict__ only, so no getattr hook or property runs."""
+    for _ in range(8):
+        if isinstance(value, (type, types.ModuleType)) or getattr(value, "__branchc_meta__", None) is not None:
+            return value
+        try:
+            inner = object.__getattribute__(value, "__dict__").get("__wrapped__")
+        except (AttributeError, TypeError):
+            return value
+        if not callable(inner):
+            return value
+        value = inner
+    return value
 
 
 def compiled_function(ref: Any, modules: frozenset[str] | None = None) -> types.FunctionType:

@@ -184,6 +184,10 @@ def relocate_functions(
             targets += [m for m in vars(value).values() if isinstance(m, types.FunctionType)]
         elif isinstance(value, types.FunctionType):
             targets.append(value)
+        elif isinstance(getattr(value, "__dict__", None), dict) and isinstance(
+            vars(value).get("__wrapped__"), types.FunctionType
+        ):
+            targets.append(vars(value)["__wrapped__"])  # a function held by an object (a short-form tool)
     for function in targets:
         while hasattr(function, "__wrapped__") and isinstance(function.__wrapped__, types.FunctionType):
             function = function.__wrapped__

@@ -39,7 +39,9 @@ from .generator import free_cells, is_compiled, make_generator, release, source_
 from .registry import (
     NESTED_CODE,
     FunctionMeta,
+    compiled,
     compiled_function,
+    held,
     lookup,
     meta_of,
     nested_code,
@@ -133,7 +135,7 @@ def _ref(value: Any) -> str | None:
     target: Any = sys.modules.get(module)
     for part in qualname.split("."):
         target = vars(target).get(part) if isinstance(target, (type, types.ModuleType)) else None
-    return meta.ref if target is value else None
+    return meta.ref if held(target) is value else None
 
 
 _BOUND = (types.MethodType, types.BuiltinMethodType)
@@ -221,7 +223,8 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
             "closure": [child(cell, (path, "<closure>", _ATTR)) for cell in value.__closure__ or ()],
             "defaults": child(value.__defaults__, (path, "__defaults__", _ATTR)),
             "kwdefaults": child(value.__kwdefaults__, (path, "__kwdefaults__", _ATTR)),
-            "dict": child(value.__dict__, (path, "__dict__", _ATTR)),
+            "dict": child(_own_attributes(value), (path, "__dict__", _ATTR)),
+            "compiled": _compiled_key(value),
         }
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         ref = _ref(value)
@@ -277,7 +280,7 @@ def snapshot(generator: types.GeneratorType) -> dict[str, Any]:
 
 # Child paths are chains (parent, key, format), formatted by the codec only if an error names them.
 _ATTR = ".{}"
-_FN_FIELDS = frozenset({"t", "in", "hash", "code", "closure", "defaults", "kwdefaults", "dict"})
+_FN_FIELDS = frozenset({"t", "in", "hash", "code", "closure", "defaults", "kwdefaults", "dict", "compiled"})
 _GEN_FIELDS = frozenset({"t", "fn", "hash", "state", "label", "vars", "free"})
 
 
@@ -303,10 +306,31 @@ def _function(entry: dict, child, path: str, allowed: frozenset[str] | None) -> 
         raise SnapshotDataError(path, "defaults must be a tuple and kwdefaults a dict (or null)")
     if type(attributes) is not dict:
         raise SnapshotDataError(f"{path}.dict", "expected a dict")
+    if marks := _MARKS.intersection(attributes):
+        raise SnapshotDataError(f"{path}.dict", f"{sorted(marks)[0]} is the compiler's mark, never data")
     function = types.FunctionType(code, meta.globals, code.co_name, defaults, closure or None)
     function.__kwdefaults__ = kwdefaults
     function.__dict__.update(attributes)
+    key = entry["compiled"]
+    if key is not None:  # a compiled nested function: registered again, as its def registered it
+        table = meta.globals["_bc_META"]
+        if type(key) is not str or key != code.co_qualname or key not in table["functions"]:
+            raise SnapshotDataError(f"{path}.compiled", f"{key!r} is not the compiled function at this code")
+        compiled(table, key)(function)
     return function
+
+
+#: What the splitter's `compiled` mark puts on a function: rebuilt from the code when it comes back.
+_MARKS = frozenset({"__branchc_table__", "__branchc_meta__", "__branchc_compiled__"})
+
+
+def _own_attributes(function: types.FunctionType) -> dict[str, Any]:
+    return {name: value for name, value in function.__dict__.items() if name not in _MARKS}
+
+
+def _compiled_key(function: types.FunctionType) -> str | None:
+    table = function.__dict__.get("__branchc_table__")
+    return None if table is None else table[1]
 
 
 def _resolve_ref(entry: dict, path: str, allowed: frozenset[str] | None) -> Any:

@@ -1,14 +1,43 @@
-"""The authoring API: `tool(...)` with `.before` / `.client` / `.after`, and `@resumable`."""
+"""The authoring API: `@tool` on a generator (the short form), `tool(...)` with `.before` / `.client` /
+`.after` (the long form), and `@resumable`.
+
+The short form: the generator's parameters are the tool's parameters.
+
+    @tool(requires={"sampling"}, title="Summarize")
+    def summarize(ctx: Context, text: str, words: Annotated[int, Field(ge=10)] = 50):
+        '''Summarize a text.
+
+        Args:
+            text: The text to summarize.
+        '''
+        answer = yield ctx.sample(prompt=f"Summarize in {words} words: {text}")
+        return {"summary": answer.text}
+
+The input schema is built from the signature (types, defaults, `Annotated[..., Field(...)]`, `= Field(...)`)
+and each parameter's description from the docstring (`Args:`, NumPy `Parameters`, or `:param x:`); the
+description is the docstring's text before those sections. The parameter annotated `Context` (or, without
+annotations, named `ctx`) receives the context; every other parameter is passed by keyword.
+
+A short-form tool composes with `@t.before` / `@t.after` by one rule: the client's keyword arguments are
+the handoff. Without a `before`, the handoff is the validated params, so the client gets exactly its
+arguments. With a `before`, it is what `before(params)` returns: a dict whose keys are the client's
+parameters (give `params=Model` when the caller's input differs from them). `after(handoff, result)`
+sees that same handoff.
+"""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+import re
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
-from .context import is_generator_function
+from .content import split as split_content
+from .context import Context, is_generator_function
 from .errors import OutputError, ParamsError, ToolDefinitionError, format_validation_errors
 from .limits import Limits
 
@@ -42,8 +71,229 @@ class _NoParams(BaseModel):
     pass
 
 
+# -- tool metadata: annotations and icons, in their MCP wire form ---------------------------------------
+
+_HINTS = {
+    "title": "title",
+    "read_only_hint": "readOnlyHint",
+    "destructive_hint": "destructiveHint",
+    "idempotent_hint": "idempotentHint",
+    "open_world_hint": "openWorldHint",
+}
+
+
+def _wire(value: Any) -> Any:
+    """A pydantic model (mcp.types.ToolAnnotations, Icon) as its MCP JSON; anything else as given."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return value
+
+
+def _annotations(name: str, value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    value = _wire(value)
+    if not isinstance(value, Mapping):
+        raise ToolDefinitionError(
+            f"tool {name!r}: annotations= must be mcp.types.ToolAnnotations or a dict, not {type(value).__name__}"
+        )
+    out: dict[str, Any] = {}
+    for key, hint in value.items():
+        wire = _HINTS.get(key, key)
+        if wire not in _HINTS.values():
+            raise ToolDefinitionError(
+                f"tool {name!r}: annotations has an unknown key {key!r}; use {', '.join(_HINTS.values())}"
+            )
+        if not isinstance(hint, str if wire == "title" else bool):
+            raise ToolDefinitionError(
+                f"tool {name!r}: annotations[{key!r}] must be a {'str' if wire == 'title' else 'bool'}"
+            )
+        out[wire] = hint
+    return out
+
+
+def _icons(name: str, value: Any) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, Mapping, BaseModel)) or not isinstance(value, Iterable):
+        raise ToolDefinitionError(f"tool {name!r}: icons= must be a list of mcp.types.Icon or dicts with a 'src'")
+    icons = [_wire(icon) for icon in value]
+    for icon in icons:
+        if not isinstance(icon, Mapping) or not isinstance(icon.get("src"), str):
+            raise ToolDefinitionError(f"tool {name!r}: each icon needs a 'src' (a URL or data: URI), not {icon!r}")
+    wire = {"mime_type": "mimeType"}
+    return [{wire.get(key, key): part for key, part in icon.items()} for icon in icons]
+
+
+# -- the short form: a signature as a params model --------------------------------------------------------
+
+_HEADER = (
+    "Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|Returns?|Yields?|Raises|"
+    "Examples?|Notes?|Attributes|See Also|References|Warnings?|Todo"
+)
+_GOOGLE_HEADER = re.compile(rf"^({_HEADER}):\s*$")
+_NUMPY_HEADER = re.compile(rf"^({_HEADER})\s*$")
+_UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
+_PARAM_SECTIONS = {"Args", "Arguments", "Parameters", "Params", "Keyword Args", "Keyword Arguments"}
+_GOOGLE_ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:(?:\s+(.*))?$")
+_NUMPY_ENTRY = re.compile(r"^(\w+)\s*(?::.*)?$")
+_SPHINX = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """A docstring's description (its text before the first section) and its per-parameter descriptions,
+    from a Google `Args:` section, a NumPy `Parameters` section or Sphinx `:param name:` fields."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    style: str | None = None  # None (the description), "google", "numpy", "sphinx" or "other" (a section)
+    current: str | None = None  # the parameter whose description continues
+    indent: int | None = None  # a section's entry indentation
+    index = 0
+    while index < len(lines):
+        line, text = lines[index], lines[index].strip()
+        width = len(line) - len(line.lstrip())
+        numpy = index + 1 < len(lines) and _UNDERLINE.match(lines[index + 1]) and _NUMPY_HEADER.match(line)
+        header = _GOOGLE_HEADER.match(line) or numpy
+        if header:
+            in_params = header.group(1) in _PARAM_SECTIONS
+            style = ("numpy" if numpy else "google") if in_params else "other"
+            current, indent = None, None
+            index += 2 if numpy else 1
+            continue
+        sphinx = _SPHINX.match(text)
+        if sphinx:
+            style, current, indent = "sphinx", sphinx.group(1), width
+            params[current] = sphinx.group(2)
+        elif style is None:
+            summary.append(line)
+        elif text and style in ("google", "numpy", "sphinx"):
+            if indent is None:
+                indent = width
+            entry = (_GOOGLE_ENTRY if style == "google" else _NUMPY_ENTRY).match(text)
+            if width == indent and entry and style != "sphinx":
+                current = entry.group(1)
+                params[current] = (entry.group(2) or "") if style == "google" else ""
+            elif width > indent and current is not None:
+                params[current] = f"{params[current]} {text}".strip()
+            elif width < indent or style == "sphinx":
+                style, current = "other", None
+        index += 1
+    return "\n".join(summary).strip(), {name: text.strip() for name, text in params.items() if text.strip()}
+
+
+def _has_description(annotation: Any, default: Any) -> bool:
+    if isinstance(default, FieldInfo) and default.description:
+        return True
+    return typing.get_origin(annotation) is Annotated and any(
+        isinstance(meta, FieldInfo) and meta.description for meta in annotation.__metadata__
+    )
+
+
+def _is_context(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return isinstance(annotation, type) and issubclass(annotation, Context)
+
+
+class _Signature:
+    """A short-form client's parameters: the context parameter, and the others as a pydantic model."""
+
+    def __init__(self, tool_name: str, fn: Callable[..., Any]) -> None:
+        where = f"tool {tool_name!r}: {_name(fn)} ({_where(fn)})"
+        try:
+            hints = typing.get_type_hints(fn, include_extras=True)
+        except Exception as error:
+            raise ToolDefinitionError(
+                f"{where}: its annotations cannot be evaluated ({type(error).__name__}: {error}); "
+                f"import what they name at module level"
+            ) from None
+        parameters = inspect.signature(fn).parameters
+        contexts = [name for name in parameters if _is_context(hints.get(name))]
+        if not contexts and "ctx" in parameters and "ctx" not in hints:
+            contexts = ["ctx"]
+        if len(contexts) != 1:
+            found = "none" if not contexts else ", ".join(contexts)
+            raise ToolDefinitionError(
+                f"{where}: give it exactly one parameter annotated Context, which receives the context "
+                f"(found {found}); e.g. def {getattr(fn, '__name__', 'client')}(ctx: Context, ...)"
+            )
+        self.context = contexts[0]
+        self.description, documented = parse_docstring(fn.__doc__)
+        fields: dict[str, Any] = {}
+        self.aliases: dict[str, str] = {}  # field name -> parameter name, where they differ
+        for name, parameter in parameters.items():
+            if name == self.context:
+                continue
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.POSITIONAL_ONLY):
+                raise ToolDefinitionError(
+                    f"{where}: parameter {parameter} cannot be a tool parameter: a tool's parameters are "
+                    f"named ones, passed by keyword; declare each one"
+                )
+            if name.startswith("_"):
+                raise ToolDefinitionError(f"{where}: parameter {name!r}: a tool parameter cannot start with '_'")
+            annotation = hints.get(name, Any)
+            default = parameter.default
+            if name in documented and not _has_description(annotation, default):
+                annotation = Annotated[annotation, Field(description=documented[name])]
+            field = name
+            if hasattr(BaseModel, name):  # `copy`, `json`, `schema`, ...: a field under another name
+                field = f"field_{name}"
+                annotation = Annotated[annotation, Field(alias=name)]
+                self.aliases[field] = name
+            fields[field] = annotation if default is parameter.empty else (annotation, default)
+        try:
+            self.model: type[BaseModel] = create_model(
+                f"{getattr(fn, '__name__', tool_name)}Arguments",
+                __config__=ConfigDict(arbitrary_types_allowed=True, populate_by_name=True),
+                __module__=getattr(fn, "__module__", __name__),
+                **fields,
+            )
+            self.model.model_json_schema()
+        except Exception as error:
+            raise ToolDefinitionError(
+                f"{where}: its parameters do not make an input schema: {type(error).__name__}: {error}"
+            ) from None
+        self.names = {self.aliases.get(field, field) for field in self.model.model_fields} | set(
+            self.model.model_fields
+        )
+
+    def arguments(self, model: BaseModel) -> dict[str, Any]:
+        """The validated values by parameter name: one level deep (a nested model stays a model)."""
+        return {self.aliases.get(field, field): getattr(model, field) for field in type(model).model_fields}
+
+
+class _ShortClient:
+    """A short-form tool's client phase, `client(handoff, ctx)`: calls its generator function with the
+    handoff as keyword arguments. It reads as that function: name, module, code, compiled metadata."""
+
+    def __init__(self, tool: Tool, fn: Callable[..., Any]) -> None:
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", tool.name)
+        self.__qualname__ = getattr(fn, "__qualname__", tool.name)
+        self.__module__ = getattr(fn, "__module__", __name__)
+        self.__doc__ = fn.__doc__
+        self.tool = tool
+
+    def __call__(self, handoff: Any, ctx: Context) -> Any:
+        signature = self.tool.signature
+        assert signature is not None
+        return self.__wrapped__(**{signature.context: ctx}, **self.tool._arguments(handoff))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__branchc_") or name == "__code__":  # compiled or not, as the function is now
+            return getattr(self.__wrapped__, name)
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"<client of {self.tool!r}: {self.__qualname__}>"
+
+
 class Tool:
-    """A tool in three phases: before (server) -> client (portable generator) -> after (server)."""
+    """A tool in three phases: before (server) -> client (portable generator) -> after (server).
+
+    Made by `tool(...)`. In the short form (`@tool` on a generator) `fn` is that generator and
+    `client_fn` calls it with the handoff as keyword arguments."""
 
     def __init__(
         self,
@@ -54,6 +304,9 @@ class Tool:
         requires: Iterable[str] = (),
         limits: Limits | None = None,
         output: type[BaseModel] | None = None,
+        title: str | None = None,
+        annotations: Any = None,
+        icons: Iterable[Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or len(name) > 128:
             raise ToolDefinitionError(f"tool name {name!r}: give a non-empty str of at most 128 characters")
@@ -65,18 +318,71 @@ class Tool:
             raise ToolDefinitionError(
                 f"tool {name!r}: requires={sorted(unknown)} is unknown; use a subset of {sorted(CAPABILITIES)}"
             )
+        if title is not None and not isinstance(title, str):
+            raise ToolDefinitionError(f"tool {name!r}: title= must be a str, not {title!r}")
         self.name = name
         self.description = description
+        self.title = title
+        self.annotations = _annotations(name, annotations)
+        self.icons = _icons(name, icons)
         self.params: type[BaseModel] = params or _NoParams
+        self.params_given = params is not None
         self.output = output
         self.requires = requires
         self.limits = limits or Limits()
         self.before_fn: Callable[..., Any] | None = None
         self.client_fn: Callable[..., Any] | None = None
         self.after_fn: Callable[..., Any] | None = None
+        self.fn: Callable[..., Any] | None = None  # the short form's generator function
+        self.signature: _Signature | None = None
 
     def __repr__(self) -> str:
         return f"<Tool {self.name}>"
+
+    def __call__(self, fn: F) -> Tool:
+        """The short form, `@tool("name", ...)` on a generator: its parameters are the tool's params."""
+        if self.client_fn is not None:
+            raise ToolDefinitionError(
+                f"tool {self.name!r} already has a client phase ({_name(self.client_fn)}); a tool is not called "
+                f"directly: run it with branchc.run_tool(tool, params, client)"
+            )
+        self._check_generator(fn)
+        signature = _Signature(self.name, fn)
+        self.signature = signature
+        if not self.params_given:
+            self.params = signature.model
+        if not self.description:
+            self.description = signature.description
+        fn.__branchc_client__ = True  # type: ignore[attr-defined]  (the splitter compiles it)
+        self.fn = fn
+        self.__wrapped__ = fn  # the module attribute holds the tool: snapshots find the function through it
+
+        self.client_fn = _ShortClient(self, fn)
+        return self
+
+    def _arguments(self, handoff: Any) -> dict[str, Any]:
+        """The short-form client's keyword arguments: the handoff, checked against its parameters."""
+        signature = self.signature
+        assert signature is not None
+        who = "before() returned" if self.before_fn is not None else "the params give"
+        if not isinstance(handoff, dict):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: {who} {type(handoff).__name__}, and {_name(self.fn)} takes keyword "
+                f"arguments: return a dict of them from before()"
+            )
+        if extra := sorted(set(handoff) - signature.names):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: {who} {', '.join(map(repr, extra))}, which {_name(self.fn)} has no "
+                f"parameter for; add the parameters, or give params=Model for the tool's input"
+            )
+        try:
+            model = signature.model.model_validate(handoff)
+        except ValidationError as error:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: {who} values that do not fit {_name(self.fn)}'s parameters:\n"
+                + "\n".join(f"  {line}" for line in format_validation_errors(error))
+            ) from None
+        return signature.arguments(model)
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -95,11 +401,7 @@ class Tool:
 
     def client(self, fn: F) -> F:
         """The portable phase: a generator `client(handoff, ctx)` that yields effects."""
-        if not is_generator_function(fn):
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: client {_name(fn)} ({_where(fn)}) must be a generator "
-                f"function: yield effects such as `yield ctx.sample(prompt=...)`"
-            )
+        self._check_generator(fn)
         fn.__branchc_client__ = True  # type: ignore[attr-defined]  (the splitter compiles it)
         self.client_fn = self._phase("client", fn)
         return fn
@@ -108,6 +410,13 @@ class Tool:
         """Server side, after the client phase: `after(handoff, client_result) -> result` (sync or async)."""
         self.after_fn = self._phase("after", fn)
         return fn
+
+    def _check_generator(self, fn: Callable[..., Any]) -> None:
+        if not is_generator_function(fn):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: client {_name(fn)} ({_where(fn)}) must be a generator "
+                f"function: yield effects such as `yield ctx.sample(prompt=...)`"
+            )
 
     def _phase(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
@@ -123,7 +432,7 @@ class Tool:
 
     def __branchc_manifest__(self) -> dict[str, Any]:
         """This tool's entry in a build's manifest (branchc.json)."""
-        return {
+        entry = {
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
@@ -133,12 +442,22 @@ class Tool:
             "client": getattr(self.client_fn, "__qualname__", None),
             "after": getattr(self.after_fn, "__qualname__", None),
         }
+        if self.fn is not None:
+            entry["form"] = "short"  # the client takes the handoff as keyword arguments
+        for key in ("title", "annotations", "icons"):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
+        return entry
 
     def check_output(self, value: Any) -> Any:
-        """The result, checked against `output=` when the tool declares one (OutputError lists each field)."""
+        """The result, checked against `output=` when the tool declares one (OutputError lists each field);
+        of a content result (`content.result(...)`), its structured content is what is checked."""
+        blocks, structured = split_content(value)
         if self.output is not None:
+            if blocks is not None and structured is None:
+                raise OutputError(self.name, ["a content result needs structured=...: the tool declares output="])
             try:
-                self.output.model_validate(value)
+                self.output.model_validate(structured)
             except ValidationError as error:
                 raise OutputError(self.name, format_validation_errors(error)) from None
         return value
@@ -153,15 +472,51 @@ class Tool:
             raise ParamsError(self.name, format_validation_errors(error)) from None
 
 
+_UNSET: Any = object()
+
+
 def tool(
-    name: str,
+    name: Any = _UNSET,
     *,
     description: str = "",
     params: type[BaseModel] | None = None,
     requires: Iterable[str] = (),
     limits: Limits | None = None,
     output: type[BaseModel] | None = None,
-) -> Tool:
-    """Declare a tool; attach its phases with `@t.before`, `@t.client`, `@t.after`.
-    `output=Model` declares the result's shape: the final result is checked against it."""
-    return Tool(name, description=description, params=params, requires=requires, limits=limits, output=output)
+    title: str | None = None,
+    annotations: Any = None,
+    icons: Iterable[Any] | None = None,
+) -> Any:
+    """Declare a tool, in one of two forms.
+
+    Short: `@tool` or `@tool(requires=..., title=...)` on a generator function: the tool is named after
+    the function, described by its docstring, and its parameters (all but the one annotated `Context`)
+    are the tool's params; the client receives them as keyword arguments. `@tool("name", ...)` names it.
+
+    Long: `t = tool("name", params=Model, ...)`, then attach `@t.before`, `@t.client`, `@t.after`.
+
+    `output=Model` declares the result's shape: the final result is checked against it. `title`,
+    `annotations` (mcp.types.ToolAnnotations or a dict of its hints) and `icons` (mcp.types.Icon or
+    dicts) are listed in tools/list."""
+    options = dict(
+        description=description,
+        params=params,
+        requires=requires,
+        limits=limits,
+        output=output,
+        title=title,
+        annotations=annotations,
+        icons=icons,
+    )
+    if name is _UNSET:
+        return lambda fn: Tool(_function_name(fn), **options)(fn)
+    if callable(name) and not isinstance(name, Tool):
+        return Tool(_function_name(name), **options)(name)
+    return Tool(name, **options)
+
+
+def _function_name(fn: Any) -> str:
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        raise ToolDefinitionError(f"@tool applies to a generator function, not {fn!r}")
+    return name

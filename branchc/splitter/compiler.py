@@ -28,10 +28,11 @@ from .lower import Lowerer
 from .normalize import Normalizer
 from .positions import KINDS_NEEDED, Positions
 from .states import StateGraph, effect_of, state_graph
+from .unyielded import may_have_unyielded, unyielded_effects
 
 __all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
 
-COMPILER_VERSION = "4"
+COMPILER_VERSION = "5"
 _BRANCHC_MODULES = {"branchc", "branchc.runtime", "branchc.runtime.tool"}
 _INTERNAL = {"_bc_T", "_bc_R", "_bc_L", "_bc_C", "_bc_label", "_bc_x"}
 
@@ -531,6 +532,11 @@ class _Targets(cst.CSTVisitor):
         dec = decorator.decorator
         if isinstance(dec, cst.Name) and dec.value in self.resumable:
             return "resumable"
+        # the short form: @tool, @tool(...), @branchc.tool(...), or @t on a variable holding a tool
+        if self.is_tool_factory(dec.func if isinstance(dec, cst.Call) else dec):
+            return "client"
+        if isinstance(dec, cst.Name) and dec.value in self.tools:
+            return "client"
         if isinstance(dec, cst.Attribute) and isinstance(dec.value, cst.Name):
             if dec.value.value in self.modules and dec.attr.value == "resumable":
                 return "resumable"
@@ -625,6 +631,19 @@ class _Splitter(cst.CSTTransformer):
 
         compiled.graph = state_graph(definition, label_of)
 
+    def warn_unyielded(self, original: cst.FunctionDef, kind: str) -> None:
+        """Report each effect the function makes and never yields (see unyielded.py)."""
+        reporter = self.reporter
+        if not may_have_unyielded(self.source_text(original)):
+            return
+        definition = reporter.positions.definition(original)
+        if definition is None:
+            return
+        method = bool(self.scopes) and self.scopes[-1][1] == "class"
+        for call, message, hint in unyielded_effects(definition, kind, method):
+            line, column = reporter.positions.start(call)
+            reporter.diagnostics.append(Diagnostic(reporter.path, line, column + 1, "warning", message, hint))
+
     def warn_untravelable(self, lowered: list[cst.BaseStatement], compiled: CompiledFunction) -> None:
         """Report, at compile time, values that are live across a yield and can never travel."""
         finder = _Handles(self.targets.is_native_generator, self.targets.context_managers)
@@ -717,6 +736,7 @@ class _Splitter(cst.CSTTransformer):
                 {"label": site.label, "line": span[0], "column": span[1], "span": span, "delegates": site.delegates}
             )
         self.split_graph(original, compiled)
+        self.warn_unyielded(original, kind)
 
         params = _flat_params(node.params)
         hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names

@@ -4,23 +4,9 @@ Each angle runs in its own sub-branch with a fresh context, concurrently (`ctx.a
 step sees only the three summaries.
 """
 
-from pydantic import BaseModel, Field
-
 from branchc import Context, resumable, tool
 
 ANGLES = ("history", "current state", "open problems")
-
-
-class Params(BaseModel):
-    topic: str = Field(description="What to research")
-
-
-research = tool(
-    "research",
-    description="Research a topic from several angles in parallel and summarise the findings",
-    params=Params,
-    requires={"sampling"},
-)
 
 
 @resumable
@@ -30,9 +16,13 @@ def investigate(ctx: Context, topic: str, angle: str):
     return {"angle": angle, "summary": result.text}
 
 
-@research.client
-def client(handoff: dict, ctx: Context):
-    topic = handoff["topic"]
+@tool(requires={"sampling"}, title="Research", annotations={"read_only_hint": True})
+def research(ctx: Context, topic: str):
+    """Research a topic from several angles in parallel and summarise the findings.
+
+    Args:
+        topic: What to research
+    """
     yield ctx.notify(f"Investigating {topic} from {len(ANGLES)} angles", progress=0, total=len(ANGLES))
     findings = yield ctx.all([ctx.branch(investigate, topic, angle, inherit_messages=False) for angle in ANGLES])
     yield ctx.notify("Combining the findings", progress=len(ANGLES), total=len(ANGLES))

@@ -15,21 +15,8 @@ LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4
 MAX_TRIES = 3
 
 
-class Params(BaseModel):
-    user_symbol: Literal["X", "O"] = "O"
-    model_first: bool = True
-
-
 class Move(BaseModel):
     position: int = Field(ge=0, le=8, description="Square to take, 0-8 (top left to bottom right)")
-
-
-tictactoe = tool(
-    "tictactoe",
-    description="Play tic-tac-toe against the model",
-    params=Params,
-    requires={"sampling", "elicitation"},
-)
 
 
 def format_board(board: list[str]) -> str:
@@ -51,14 +38,20 @@ def winner_of(board: list[str]) -> str | None:
     return None
 
 
-@tictactoe.client
-def client(handoff: dict, ctx: Context):
-    user = handoff["user_symbol"]
+@tool(requires={"sampling", "elicitation"}, title="Tic-tac-toe")
+def tictactoe(ctx: Context, user_symbol: Literal["X", "O"] = "O", model_first: bool = True):
+    """Play tic-tac-toe against the model.
+
+    Args:
+        user_symbol: The user's mark; the model plays the other one.
+        model_first: Whether the model makes the first move.
+    """
+    user = user_symbol
     model = "X" if user == "O" else "O"
     board = [" "] * 9
     moves = []
     history = []
-    player = model if handoff["model_first"] else user
+    player = model if model_first else user
     outcome = None
 
     while outcome is None:

@@ -1,0 +1,143 @@
+"""branchc tools beside a server's own: `mount(server, "tools/")` adds them to an existing SDK server.
+
+    from mcp.server.mcpserver import MCPServer
+    from branchc.bridge import mount
+
+    mcp = MCPServer("my-server")          # its own tools, prompts and resources as usual
+    mount(mcp, "tools/")                  # tool sources (compiled into the cache) or a build folder
+
+Works on `MCPServer` and on the lowlevel `mcp.server.Server`, in both protocol eras. The server's
+`tools/list` lists the branchc tools beside its own (before them, on the first page); `tools/call`
+runs a branchc tool by name and passes every other call to the server's own handler. A lowlevel
+server without a `RequestStateBoundary` gets one (2026-07-28 rounds carry the run in a sealed
+`request_state`); `MCPServer` always has one, with a key of its process unless given
+`request_state_security=`: give it one when replicas serve alternate rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import mcp.types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.request_state import RequestStateBoundary
+
+from ..runtime.limits import Limits
+from ..runtime.tool import Tool
+from .guided import RESUME_TOOL
+from .loading import ServeLoadError, load_served_tools
+from .provider import ChatCompletionsProvider, SamplingMode
+from .server import Bridge, state_security
+
+__all__ = ["mount"]
+
+ToolsArg = str | Path | Tool | ModuleType | Mapping[str, Tool] | Iterable[Tool]
+
+
+def mount(
+    server: Any,
+    tools: ToolsArg,
+    *,
+    state_key: str | None = None,
+    state_ttl: float = 600,
+    limits: Limits | None = None,
+    sampling: SamplingMode = "client",
+    provider: ChatCompletionsProvider | None = None,
+    guided: bool = False,
+) -> Bridge:
+    """Serve branchc `tools` from `server` (an `MCPServer` or a lowlevel `Server`) beside its own.
+
+    `tools`: a path of tool sources (a file or a folder, compiled into the cache, `$BRANCHC_CACHE`) or of
+    a build folder from `branchc compile`; or tools already loaded compiled (a Tool, a list or dict of
+    them, a module of a build). The options are `branchc serve`'s: `state_key`/`state_ttl` seal the
+    2026-07-28 `request_state` on a lowlevel server that has no boundary yet; `limits`, `sampling`,
+    `provider` and `guided` as in `create_server`. Returns the Bridge (its `tools`, by name).
+    """
+    lowlevel = _lowlevel(server)
+    found = _tools(tools, guided)
+    if (own := getattr(server, "_tool_manager", None)) is not None:
+        if taken := sorted(name for name in found if own.get_tool(name) is not None):
+            raise ValueError(f"{', '.join(taken)}: the server has a tool of that name already; rename one")
+    bridge = Bridge(found, name=lowlevel.name, limits=limits, sampling=sampling, provider=provider, guided=guided)
+    ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set())
+    own_list = lowlevel.get_request_handler("tools/list")
+    own_call = lowlevel.get_request_handler("tools/call")
+
+    async def list_tools(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
+        listed = await bridge.list_tools(ctx, params)
+        if own_list is None:
+            return listed
+        theirs = await own_list.handler(ctx, params)
+        if params is not None and params.cursor is not None:
+            return theirs  # a later page of the server's own: branchc's are on the first
+        return theirs.model_copy(update={"tools": [*listed.tools, *theirs.tools]})
+
+    async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams):
+        if params.name in ours or own_call is None:
+            return await bridge.call_tool(ctx, params)
+        return await own_call.handler(ctx, params)
+
+    lowlevel.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
+    lowlevel.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    own_schema = lowlevel.get_tool_input_schema
+
+    def input_schema(name: str) -> Mapping[str, Any] | None:
+        if name in bridge.tools:
+            return bridge.tools[name].input_schema
+        return own_schema(name) if own_schema is not None else None
+
+    if own_schema is not None:  # without one the SDK asks tools/list, which lists ours too
+        lowlevel.get_tool_input_schema = input_schema
+    if not any(isinstance(layer, RequestStateBoundary) for layer in lowlevel.middleware):
+        lowlevel.middleware.append(
+            RequestStateBoundary(state_security(state_key, state_ttl), default_audience=lowlevel.name)
+        )
+    elif state_key is not None:
+        raise ValueError(
+            "state_key: this server seals request_state already (MCPServer does); give the key to the server "
+            "instead: MCPServer(..., request_state_security=RequestStateSecurity(keys=[key]))"
+        )
+    return bridge
+
+
+def _lowlevel(server: Any) -> Server:
+    if isinstance(server, Server):
+        return server
+    inner = getattr(server, "_lowlevel_server", None)  # MCPServer
+    if isinstance(inner, Server):
+        return inner
+    raise TypeError(
+        f"mount() adds branchc tools to an mcp SDK server: an MCPServer or a mcp.server.Server, not "
+        f"{type(server).__name__}"
+    )
+
+
+def _tools(tools: ToolsArg, guided: bool) -> dict[str, Tool]:
+    if isinstance(tools, (str, Path)):
+        return load_served_tools(tools, guided=guided)
+    if isinstance(tools, Tool):
+        listed: list[Any] = [tools]
+    elif isinstance(tools, ModuleType):
+        listed = [value for value in vars(tools).values() if isinstance(value, Tool)]
+    elif isinstance(tools, Mapping):
+        listed = list(tools.values())
+    else:
+        listed = list(tools)
+    found: dict[str, Tool] = {}
+    for tool in listed:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"mount(): {tool!r} is not a branchc tool; give tools, or the path of their sources")
+        if not getattr(tool.client_fn, "__branchc_compiled__", False):
+            raise ServeLoadError(
+                f"tool {tool.name!r} is not compiled, and served tools run compiled (so a run behaves the same in "
+                f"both protocol eras); give mount() the path of its sources or of a build folder instead"
+            )
+        if tool.name in found:
+            raise ServeLoadError(f"two tools are named {tool.name!r}; rename one")
+        found[tool.name] = tool
+    if not found:
+        raise ServeLoadError("mount(): no tools given")
+    return found
