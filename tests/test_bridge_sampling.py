@@ -137,9 +137,10 @@ async def test_a_missing_capability_suggests_guided_mode_and_server_side_samplin
         form = error_text(await within(30, session.call_tool("needs_form", {})))
     assert both == (
         "needs requires elicitation, sampling, which the client does not offer; connect with a client that offers "
-        "it, or serve with `branchc serve --guided` (the calling model then answers what the client cannot), or "
-        "answer samples on the server with `branchc serve --sampling provider` (or `--sampling auto`: the client "
-        "when it can) and --provider-url, --provider-model"
+        "it, or turn on guided mode (`branchc serve --guided`, or `mount(..., guided=True)`): the calling model "
+        "then answers what the client cannot, or answer samples on the server with `branchc serve --sampling "
+        "provider` (or `--sampling auto`: the client when it can) and --provider-url, --provider-model "
+        "(`mount(..., sampling=, provider=)`)"
     )
     assert form.startswith("needs_form requires elicitation, which the client does not offer; ")
     assert "branchc serve --guided" in form and "--sampling" not in form  # only sampling has a server-side answer

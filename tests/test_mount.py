@@ -154,5 +154,18 @@ def test_mount_refuses_what_it_cannot_serve(tools_dir):
 
     with pytest.raises(ValueError, match="haiku: the server has a tool of that name already"):
         mount(taken, tools_dir)
+    sealed = mcpserver()
+    handlers = {method: sealed._lowlevel_server.get_request_handler(method) for method in ("tools/list", "tools/call")}
     with pytest.raises(ValueError, match="seals request_state already"):
-        mount(mcpserver(), tools_dir, state_key="k" * 40)
+        mount(sealed, tools_dir, state_key="k" * 40)
+    # a refused mount leaves the server as it was
+    assert {method: sealed._lowlevel_server.get_request_handler(method) for method in handlers} == handlers
+
+    resumes = MCPServer("resumes")
+
+    @resumes.tool()
+    def branchc_resume(state_id: str) -> str:
+        return state_id
+
+    with pytest.raises(ValueError, match="branchc_resume: the server has a tool of that name already"):
+        mount(resumes, tools_dir, guided=True)

@@ -27,12 +27,13 @@ def tour_code() -> str:
 
 @pytest.fixture
 def at_root(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the mount example names examples/tools
+    (tmp_path / "tools").symlink_to(ROOT / "examples" / "tools")  # the mount example's tools, beside its file
     monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
 
 
 def test_the_tour_runs_natively(at_root, tmp_path):
     module = types.ModuleType("readme_tour_native")
+    module.__file__ = str(tmp_path / "readme_tour_native.py")
     sys.modules[module.__name__] = module
     try:
         exec(compile(tour_code(), str(tmp_path / "readme_tour_native.py"), "exec"), module.__dict__)

@@ -287,3 +287,21 @@ def test_snapshot_of_a_native_generator_says_what_to_do() -> None:
 
     with pytest.raises(TypeError, match="not a native generator; compile its function"):
         snapshot(native())
+
+
+def test_finding_a_function_runs_no_attribute_hook_of_a_module_global() -> None:
+    from branchc.continuation.registry import held
+
+    class Proxy:  # a request-context proxy or a lazy importer: any attribute read fails
+        def __getattr__(self, name):
+            raise RuntimeError("working outside of request context")
+
+    proxy = Proxy()
+    assert held(proxy) is proxy
+
+    def function():
+        pass
+
+    wrapper = Proxy()
+    object.__setattr__(wrapper, "__wrapped__", function)
+    assert held(wrapper) is function

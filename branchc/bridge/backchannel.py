@@ -11,11 +11,13 @@ a run's cleanup never waits on a client that is not there; `answer_timeout` boun
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Awaitable
 from typing import Any
 
 import anyio
 from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from ..runtime.client import ElicitRequest, SampleRequest
 from ..runtime.errors import BranchcError
@@ -26,6 +28,10 @@ from .loglevel import log_allowed
 from .sampling import create_message, sample_params, sample_result
 
 __all__ = ["AnswerTimeoutError", "BackchannelClient", "client_capabilities"]
+
+# Sampling, elicitation's peers and logging are deprecated in 2026-07-28 (SEP-2577), yet they are what the
+# handshake era speaks: the SDK's warnings for this module's own calls are noise (here, or mounted elsewhere).
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning, module=__name__)
 
 
 def client_capabilities(ctx: ServerRequestContext) -> tuple[frozenset[str], bool]:

@@ -16,6 +16,8 @@ server without a `RequestStateBoundary` gets one (2026-07-28 rounds carry the ru
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -52,14 +54,22 @@ def mount(
 
     `tools`: a path of tool sources (a file or a folder, compiled into the cache, `$BRANCHC_CACHE`) or of
     a build folder from `branchc compile`; or tools already loaded compiled (a Tool, a list or dict of
-    them, a module of a build). The options are `branchc serve`'s: `state_key`/`state_ttl` seal the
-    2026-07-28 `request_state` on a lowlevel server that has no boundary yet; `limits`, `sampling`,
-    `provider` and `guided` as in `create_server`. Returns the Bridge (its `tools`, by name).
+    them, a module of a build). The options are `branchc serve`'s: `state_key` (else `$BRANCHC_STATE_KEY`)
+    and `state_ttl` seal the 2026-07-28 `request_state` on a lowlevel server that has no boundary yet;
+    `limits`, `sampling`, `provider` and `guided` as in `create_server`. Returns the Bridge (its `tools`).
     """
     lowlevel = _lowlevel(server)
     found = _tools(tools, guided)
+    # every refusal comes before the server is touched: a failed mount leaves it as it was
+    sealed = any(isinstance(layer, RequestStateBoundary) for layer in lowlevel.middleware)
+    if sealed and state_key is not None:
+        raise ValueError(
+            "state_key: this server seals request_state already (MCPServer does); give the key to the server "
+            "instead: MCPServer(..., request_state_security=RequestStateSecurity(keys=[key]))"
+        )
     if (own := getattr(server, "_tool_manager", None)) is not None:
-        if taken := sorted(name for name in found if own.get_tool(name) is not None):
+        names = [*found, *([RESUME_TOOL] if guided else [])]
+        if taken := sorted(name for name in names if own.get_tool(name) is not None):
             raise ValueError(f"{', '.join(taken)}: the server has a tool of that name already; rename one")
     bridge = Bridge(found, name=lowlevel.name, limits=limits, sampling=sampling, provider=provider, guided=guided)
     ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set())
@@ -91,14 +101,16 @@ def mount(
 
     if own_schema is not None:  # without one the SDK asks tools/list, which lists ours too
         lowlevel.get_tool_input_schema = input_schema
-    if not any(isinstance(layer, RequestStateBoundary) for layer in lowlevel.middleware):
+    if not sealed:
+        state_key = state_key or os.environ.get("BRANCHC_STATE_KEY")
+        if not state_key:
+            print(
+                "branchc mount: no state_key= (or BRANCHC_STATE_KEY) given: request_state is sealed with a key of "
+                "this process only, so a round can only be continued by this process; replicas need one shared key",
+                file=sys.stderr,
+            )
         lowlevel.middleware.append(
-            RequestStateBoundary(state_security(state_key, state_ttl), default_audience=lowlevel.name)
-        )
-    elif state_key is not None:
-        raise ValueError(
-            "state_key: this server seals request_state already (MCPServer does); give the key to the server "
-            "instead: MCPServer(..., request_state_security=RequestStateSecurity(keys=[key]))"
+            RequestStateBoundary(state_security(state_key, state_ttl, warn=False), default_audience=lowlevel.name)
         )
     return bridge
 

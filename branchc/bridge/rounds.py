@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 import mcp.types as types
 from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import BaseModel
 
 from ..runtime.driver import server_phase
@@ -45,6 +47,10 @@ __all__ = [
     "run_round",
     "start_run",
 ]
+
+# logging is deprecated in 2026-07-28 (SEP-2577) but asked for per request there: the SDK's warning for this
+# module's own calls is noise (in branchc serve, or mounted on another server)
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning, module=__name__)
 
 
 class AnswerError(BranchcError, ValueError):
@@ -173,12 +179,13 @@ def missing_capability(tool: Tool, missing: Any) -> MissingCapabilityError:
     let the tool run anyway: guided mode, and for sampling, a model the server asks itself."""
     ways = [
         "connect with a client that offers it",
-        "serve with `branchc serve --guided` (the calling model then answers what the client cannot)",
+        "turn on guided mode (`branchc serve --guided`, or `mount(..., guided=True)`): the calling model then "
+        "answers what the client cannot",
     ]
     if "sampling" in missing:
         ways.append(
             "answer samples on the server with `branchc serve --sampling provider` (or `--sampling auto`: the "
-            "client when it can) and --provider-url, --provider-model"
+            "client when it can) and --provider-url, --provider-model (`mount(..., sampling=, provider=)`)"
         )
     needs = ", ".join(sorted(missing))
     return MissingCapabilityError(

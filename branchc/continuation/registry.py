@@ -372,12 +372,15 @@ def held(value: Any) -> Any:
     __dict__ (a tool made by a decorator, a functools.wraps wrapper), followed a few levels;
     read through __dict__ only, so no getattr hook or property runs."""
     for _ in range(8):
-        if isinstance(value, (type, types.ModuleType)) or getattr(value, "__branchc_meta__", None) is not None:
+        if isinstance(value, (type, types.ModuleType)):
             return value
         try:
-            inner = object.__getattribute__(value, "__dict__").get("__wrapped__")
-        except (AttributeError, TypeError):
+            own = object.__getattribute__(value, "__dict__")
+        except Exception:  # no __dict__, or a class's own __dict__ property that fails: nothing is held
             return value
+        if type(own) is not dict or own.get("__branchc_meta__") is not None:
+            return value
+        inner = own.get("__wrapped__")
         if not callable(inner):
             return value
         value = inner
