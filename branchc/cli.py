@@ -240,7 +240,10 @@ def check(
 def _load_diagnostics(sources: list[Path]) -> list[Any]:
     """What `branchc serve SOURCE` would refuse when it loads each source's tools (an import that fails,
     two tools of one name, an elicitation form MCP cannot express; a tool named like guided mode's
-    resume tool as a warning). Each source is loaded on its own, as a server of it would."""
+    resume tool as a warning). Each source is loaded on its own, as a server of it would: importing runs
+    the tool modules' top-level code. Afterwards the source's own modules are forgotten (the next source's
+    may have the same names); what they imported from elsewhere (the standard library, third-party
+    packages, C extensions) stays imported, as it would in a server."""
     from .bridge.loading import served_tools
     from .splitter.diagnostics import Diagnostic
 
@@ -253,11 +256,52 @@ def _load_diagnostics(sources: list[Path]) -> list[Any]:
             found.append(Diagnostic(str(source), 1, 1, "error", str(error)))
             continue
         finally:  # the next source's modules may have the same names
-            for name in set(sys.modules) - modules:
+            for name in _own_modules(source, set(sys.modules) - modules):
                 del sys.modules[name]
             sys.path[:] = path
         found += [Diagnostic(p.path, p.line, p.column, p.severity, p.message, p.hint) for p in problems]
     return found
+
+
+def _own_modules(source: Path, names: set[str]) -> list[str]:
+    """Of the modules `names`, imported while `source` was loaded, those of the source itself: the modules
+    of its build (by name, per its branchc.json) and any whose file lies under the source (not in a
+    site-packages folder there), its build or the cache folder."""
+    from .splitter.build import MANIFEST, cache_folder, cache_root
+
+    build = source if source.is_dir() and (source / MANIFEST).is_file() else cache_folder(source)
+    try:
+        built = set(json.loads((build / MANIFEST).read_text())["modules"])
+    except (OSError, ValueError, KeyError, TypeError):
+        built = set()
+    sources, folders = source.resolve(), [build.resolve(), cache_root().resolve()]
+
+    def under(file: Any) -> bool:
+        if not isinstance(file, str) or not file:
+            return False
+        where = Path(file).resolve()
+        if any(where == folder or folder in where.parents for folder in folders):
+            return True
+        if where != sources and sources not in where.parents:
+            return False
+        return not {"site-packages", "dist-packages"} & set(where.relative_to(sources).parts)
+
+    def own(name: str) -> bool:
+        module = sys.modules.get(name)
+        if name in built:
+            return True
+        if module is None:
+            return False
+        spec = getattr(module, "__spec__", None)
+        files = [getattr(module, "__file__", None), getattr(spec, "origin", None)]
+        paths = getattr(module, "__path__", None)
+        try:
+            files += list(paths) if paths is not None else []
+        except TypeError:
+            pass
+        return any(under(file) for file in files)
+
+    return [name for name in names if own(name)]
 
 
 @app.command(name="compile")

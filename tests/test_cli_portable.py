@@ -225,3 +225,37 @@ def test_check_of_good_tools_still_passes(env):
     done = branchc(env, "check", str(ROOT / "examples" / "tools"))
     assert done.returncode == 0, done.stderr
     assert "error:" not in done.stderr and "no errors" in done.stderr
+
+
+HELPED = """\
+import colorsys
+
+from branchc import Context, tool
+from {helper} import HUE
+
+{name} = tool("{name}")
+
+
+@{name}.client
+def client(handoff: dict, ctx: Context):
+    yield ctx.log("info", str(colorsys.hsv_to_rgb(HUE, 1, 1)))
+"""
+
+
+def test_check_forgets_the_sources_own_modules_but_not_what_they_imported_from_elsewhere(tmp_path, monkeypatch):
+    from branchc.cli import _load_diagnostics
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)  # a standard module nothing imported yet
+    sources = []
+    for name in ("first", "second"):  # both have modules of the same names: each source loads its own
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "checked_tool.py").write_text(HELPED.format(helper="checked_helper", name=name))
+        (folder / "checked_helper.py").write_text("HUE = 0.5\n")
+        sources.append(folder)
+    path = list(sys.path)
+    assert _load_diagnostics(sources) == []  # the second source's modules are its own, not the first's
+    assert "colorsys" in sys.modules  # imported from elsewhere: it stays, as in a server
+    assert "checked_tool" not in sys.modules and "checked_helper" not in sys.modules
+    assert sys.path == path

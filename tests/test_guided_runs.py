@@ -15,7 +15,13 @@ import pytest
 from _bridge_support import Scripted, stdio, within
 from mcp import Client
 
-from branchc.bridge.guided import GuidedFullError, MemoryWaitingRuns, WaitingRun, guided_output_schema
+from branchc.bridge.guided import (
+    GuidedFullError,
+    GuidedRunTooLargeError,
+    MemoryWaitingRuns,
+    WaitingRun,
+    guided_output_schema,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -222,14 +228,16 @@ def test_the_memory_store_caps_count_and_bytes_and_sweeps_what_expired():
         store.keep(waiting(400), new=True)
     assert len(store) == 2 and store.bytes == 800
     taken = store.take(a)
-    assert taken is not None and store.take(a) is None and store.bytes == 400
+    assert taken is not None and store.take(a) is None
+    assert len(store) == 1 and store.reserved == 1 and store.bytes == 800  # taken, it keeps its place
     store.put_back(a, taken)  # refused answers: the same id waits again
+    assert len(store) == 2 and store.reserved == 0 and store.bytes == 800
     assert store.take(a) is taken
-    store.keep(waiting(900), new=False)  # a continuing run is always kept
-    assert store.bytes == 1300
+    store.keep(waiting(500), new=False, taken=a)  # a continuing run takes its own place over
+    assert len(store) == 2 and store.reserved == 0 and store.bytes == 900
     with pytest.raises(GuidedFullError):
-        store.admit()
-    expired = store.keep(waiting(10, expires=time.time() - 1), new=False)
+        store.admit(200)
+    expired = store.keep(waiting(10, expires=time.time() - 1), new=True)
     assert store.sweep() == 1 and store.take(expired) is None and len(store) == 2
     small = MemoryWaitingRuns(max_runs=1)
     small.keep(waiting(10, expires=time.time() + 0.2), new=True)
@@ -238,3 +246,118 @@ def test_the_memory_store_caps_count_and_bytes_and_sweeps_what_expired():
     time.sleep(0.3)
     small.admit()  # the expired run was swept to make room
     assert len(small) == 0 and small.bytes == 0
+
+
+def test_a_run_being_resumed_keeps_its_place_and_a_continuing_run_is_capped_too():
+    store = MemoryWaitingRuns(max_runs=2, max_bytes=100)
+    a = store.keep(waiting(40), new=True)
+    b = store.keep(waiting(40), new=True)
+    assert store.take(a) is not None  # its round goes on (after(), a server-side sample, sending logs)
+    with pytest.raises(GuidedFullError, match="1 runs wait for answers and 1 are being answered"):
+        store.keep(waiting(20), new=True)  # a newcomer cannot take the slot the resumed run will need
+    with pytest.raises(GuidedFullError):
+        store.keep(waiting(500), new=False)  # a run that names no place of its own needs a new one
+    with pytest.raises(GuidedFullError, match=r"the most it holds \(--guided-max-runs 2\)"):
+        store.keep(waiting(10), new=False)
+    assert len(store) + store.reserved == 2 and store.bytes == 80
+    c = store.keep(waiting(60), new=False, taken=a)  # 40 + 60: just fits
+    assert len(store) == 2 and store.reserved == 0 and store.bytes == 100
+    assert store.take(c) is not None
+    with pytest.raises(GuidedFullError, match="grew to 70 bytes and the other waiting runs hold 40"):
+        store.keep(waiting(70), new=False, taken=c)  # it no longer fits: it is ended, not kept past the cap
+    assert len(store) == 1 and store.reserved == 0 and store.bytes == 40  # its place was given up
+    assert store.take(b) is not None
+    store.release(b)  # its round ended it (done, failed, cancelled)
+    store.release(b)  # nothing more to release
+    assert len(store) == 0 and store.reserved == 0 and store.bytes == 0
+
+
+def test_one_run_may_hold_at_most_max_run_bytes():
+    assert MemoryWaitingRuns().max_run_bytes == 4 * 2**20
+    assert MemoryWaitingRuns(max_bytes=100).max_run_bytes == 100  # never more than all runs may hold
+    store = MemoryWaitingRuns(max_bytes=1000, max_run_bytes=300)
+    with pytest.raises(GuidedRunTooLargeError, match="is 301 bytes, past the most one waiting guided run may hold"):
+        store.keep(waiting(301), new=True)
+    a = store.keep(waiting(300), new=True)
+    store.take(a)
+    with pytest.raises(GuidedRunTooLargeError, match="cannot wait for more answers and was ended"):
+        store.keep(waiting(301), new=False, taken=a)
+    assert len(store) == 0 and store.reserved == 0 and store.bytes == 0
+    with pytest.raises(ValueError):
+        MemoryWaitingRuns(max_run_bytes=0)
+
+
+GROWER = """\
+from pydantic import BaseModel
+from branchc import Context, tool
+
+
+class Params(BaseModel):
+    marker: str
+
+
+grower = tool("guided_grower", params=Params, requires={"sampling"})
+
+
+@grower.client
+def client(handoff: dict, ctx: Context):
+    kept = []
+    try:
+        while True:
+            reply = yield ctx.sample(prompt="more")
+            if reply.text == "stop":
+                return {"rounds": len(kept)}
+            kept.append(reply.text)
+    finally:
+        with open(handoff["marker"], "a", encoding="utf-8") as out:
+            out.write("finally\\n")
+"""
+
+
+@pytest.fixture
+def grower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "grower"
+    folder.mkdir()
+    (folder / "guided_grower.py").write_text(GROWER)
+    server = create_server(load_served_tools(folder, guided=True), guided=True)
+    store = MemoryWaitingRuns(max_runs=10, max_bytes=2**20, max_run_bytes=8000)
+    server.bridge.guided.store = store
+    return server, store
+
+
+async def test_a_normal_resume_cycle_settles_every_place_it_held(grower, marker):
+    server, store = grower
+    async with Client(server, mode="legacy") as session:
+        state = guide(await within(30, session.call_tool("guided_grower", {"marker": str(marker)})))["state_id"]
+        text = refusal(await resume(session, state, {"sample-9": "x"}))  # refused: put back, same id
+        assert "the run still waits" in text and len(store) == 1 and store.reserved == 0
+        for n in range(3):
+            state = guide(await resume(session, state, {f"sample-{n + 1}": "a"}))["state_id"]
+            assert len(store) == 1 and store.reserved == 0
+        assert final(await resume(session, state, {"sample-4": "stop"})) == {"rounds": 3}
+    assert len(store) == 0 and store.reserved == 0 and store.bytes == 0
+    assert marker.read_text() == "finally\n"
+
+
+async def test_a_looping_run_that_grows_past_the_per_run_cap_is_ended_and_cleaned_up_once(grower, marker):
+    server, store = grower
+    async with Client(server, mode="legacy") as session:
+        state = guide(await within(30, session.call_tool("guided_grower", {"marker": str(marker)})))["state_id"]
+        for n in range(1, 50):
+            result = await resume(session, state, {f"sample-{n}": "x" * 1000})
+            if result.is_error:
+                break
+            state = guide(result)["state_id"]
+        else:
+            pytest.fail("the run never reached the per-run cap")
+        text = refusal(result)
+        assert n > 2 and "GuidedRunTooLargeError" in text, text
+        assert "past the most one waiting guided run may hold (8000 bytes)" in text
+        assert "cannot wait for more answers and was ended" in text
+        assert "already used" in refusal(await resume(session, state, {f"sample-{n}": "stop"}))
+    assert len(store) == 0 and store.reserved == 0 and store.bytes == 0
+    assert marker.read_text() == "finally\n"  # halted: its cleanup ran, once

@@ -9,14 +9,19 @@ or "decline" / "cancel"), calls `branchc_resume`, and the run goes on, as often 
 The run waits on the server meanwhile, as a saved run under an unguessable id that is good
 for one continuation and expires; an unknown, used or expired id is a clear tool error.
 
-Waiting runs are held by a `WaitingRuns` store: keep / take / put_back (and admit, sweep), so a
-durable store can hold them instead of this process (`MemoryWaitingRuns`). Its caps bound what
-calls that are never resumed can hold: at most `max_runs` runs and `max_bytes` of saved runs wait.
+Waiting runs are held by a `WaitingRuns` store: keep / take / put_back / release (and admit, sweep),
+so a durable store can hold them instead of this process (`MemoryWaitingRuns`). Its caps bound what
+waiting calls can hold: at most `max_runs` runs and `max_bytes` of saved runs, and at most
+`max_run_bytes` (4 MiB by default, never more than `max_bytes`) for any one run. A run being resumed
+counts against the caps while its round goes on (taken, it keeps its slot and its size reserved until
+it waits again, is put back, or ends), so a newcomer cannot fill the room it will need to wait again.
 A start that would go past a cap is refused (before `before()` runs) with an error that says so
-(the cap is checked again when the run is kept: a start that raced past it is halted there, its
-cleanup run once); expired runs are swept first (on every call), and live ones are never evicted
-to make room, so a run that waits is not lost to a newcomer. A run that continues replaces its own entry and is
-always kept (the count cannot grow by it; its size may).
+(the caps are checked again when the run is kept: a start that raced past them is halted there, its
+cleanup run once). A run that continues takes over its own reservation, so the count cannot grow by
+it; its new size is checked against both byte caps, and a run that no longer fits (a loop that the
+client keeps resuming grows its saved state) is ended there with a tool error that says so, halted
+so its cleanup runs once. Expired runs are swept first (on every call), and live ones are never
+evicted to make room, so a run that waits is not lost to a newcomer.
 
 A refused answer (a key that was not asked, a missing one, a sample answered with anything but
 text, a form answer that does not fit its schema) is refused before anything is fed: the run
@@ -52,6 +57,7 @@ from .rounds import AnswerError, check_answered, feed, guarded, released_unless_
 __all__ = [
     "RESUME_TOOL",
     "GuidedFullError",
+    "GuidedRunTooLargeError",
     "GuidedRuns",
     "MemoryWaitingRuns",
     "WaitingRun",
@@ -85,7 +91,15 @@ def resume_tool() -> types.Tool:
 
 
 class GuidedFullError(BranchcError, RuntimeError):
-    """Guided mode holds as many waiting runs (or bytes of them) as it may: a new run is refused."""
+    """Guided mode holds as many waiting runs (or bytes of them) as it may: a new run is refused, and a
+    continuing run that no longer fits is ended."""
+
+
+class GuidedRunTooLargeError(GuidedFullError):
+    """One run's saved state is larger than a waiting run may be (`max_run_bytes`): it cannot wait."""
+
+
+DEFAULT_MAX_RUN_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -102,39 +116,57 @@ class WaitingRun:
 
 
 class WaitingRuns(Protocol):
-    """Where waiting guided runs are held, by state id. An id names a run once: `take` hands it out and
-    forgets it; `put_back` returns a run whose answers were refused, under the same id."""
+    """Where waiting guided runs are held, by state id. An id names a run once: `take` hands it out, and
+    it no longer waits under that id; but until its round ends it keeps its place (its slot and its
+    size count against the caps), which the round ends with exactly one of `put_back` (its answers
+    were refused), `keep(..., taken=id)` (it waits again, under a new id) or `release` (it ended)."""
 
     def admit(self) -> None:
         """Raise GuidedFullError when a new run could not wait (checked before the run starts)."""
 
-    def keep(self, run: WaitingRun, *, new: bool) -> str:
-        """Hold `run` under a new unguessable id; `new`: a run that did not wait before (the caps apply)."""
+    def keep(self, run: WaitingRun, *, new: bool, taken: str | None = None) -> str:
+        """Hold `run` under a new unguessable id, or raise GuidedFullError when it does not fit (the caps
+        apply to every run). `new`: a run that did not wait before; `taken`: the id a continuing run was
+        taken under, whose place it takes over (that reservation ends here, whether or not it fits)."""
 
     def take(self, ident: str) -> WaitingRun | None:
-        """The run waiting under `ident`, no longer held; None when unknown, already taken or expired."""
+        """The run waiting under `ident`, no longer held but still counted (reserved) until `put_back`,
+        `keep(..., taken=ident)` or `release`; None when unknown, already taken or expired."""
 
     def put_back(self, ident: str, run: WaitingRun) -> None:
-        """Hold `run` again under `ident` (its answers were refused; it keeps its expiry)."""
+        """Hold `run` again under `ident` (its answers were refused; it keeps its expiry and its place)."""
+
+    def release(self, ident: str) -> None:
+        """End the reservation of the run taken under `ident` (its round ended it); nothing if there is none."""
 
     def sweep(self) -> int:
         """Forget the expired runs; how many."""
 
 
 class MemoryWaitingRuns:
-    """Waiting runs in this process's memory, capped by count and by the size of their saved text."""
+    """Waiting runs in this process's memory, capped by count and by the size of their saved text, in all
+    and per run (`max_run_bytes`: 4 MiB unless given, and at most `max_bytes`). Runs taken and not yet
+    settled (their round goes on) count too: `bytes` and `reserved`."""
 
-    def __init__(self, max_runs: int = 1000, max_bytes: int = 256 * 2**20) -> None:
-        if max_runs < 1 or max_bytes < 1:
-            raise ValueError("guided mode needs room for at least one waiting run: max_runs and max_bytes >= 1")
+    def __init__(self, max_runs: int = 1000, max_bytes: int = 256 * 2**20, max_run_bytes: int | None = None) -> None:
+        if max_runs < 1 or max_bytes < 1 or (max_run_bytes is not None and max_run_bytes < 1):
+            raise ValueError(
+                "guided mode needs room for at least one waiting run: max_runs, max_bytes and max_run_bytes >= 1"
+            )
         self.max_runs = max_runs
         self.max_bytes = max_bytes
+        self.max_run_bytes = min(max_bytes, DEFAULT_MAX_RUN_BYTES if max_run_bytes is None else max_run_bytes)
         self.runs: dict[str, WaitingRun] = {}
-        self.bytes = 0
+        self.taken: dict[str, int] = {}  # id -> size of a run taken whose round goes on
+        self.bytes = 0  # of the runs held and of those taken
         self._next_expiry = float("inf")
 
     def __len__(self) -> int:
         return len(self.runs)
+
+    @property
+    def reserved(self) -> int:
+        return len(self.taken)
 
     def sweep(self) -> int:
         now = time.time()
@@ -148,11 +180,13 @@ class MemoryWaitingRuns:
 
     def admit(self, size: int = 0) -> None:
         self.sweep()
-        if len(self.runs) >= self.max_runs:
+        self._fits_alone(size, new=True)
+        if len(self.runs) + len(self.taken) >= self.max_runs:
+            answered = f" and {len(self.taken)} are being answered" if self.taken else ""
             raise GuidedFullError(
-                f"guided mode is full: {len(self.runs)} runs wait for answers, the most it holds "
-                f"(--guided-max-runs {self.max_runs}); answer a waiting run, or try again when one expires "
-                f"(in {self._next_expiry - time.time():.0f} s at most)"
+                f"guided mode is full: {len(self.runs)} runs wait for answers{answered}, the most it holds "
+                f"(--guided-max-runs {self.max_runs}); answer a waiting run, or try again when one expires"
+                f"{self._expiry_hint()}"
             )
         if self.bytes + size > self.max_bytes:
             raise GuidedFullError(
@@ -161,11 +195,21 @@ class MemoryWaitingRuns:
                 f"(--guided-max-mb, {self.max_bytes} bytes); answer a waiting run, or try again when one expires"
             )
 
-    def keep(self, run: WaitingRun, *, new: bool) -> str:
-        if new:
-            self.admit(run.size)
+    def keep(self, run: WaitingRun, *, new: bool, taken: str | None = None) -> str:
+        place = self.taken.pop(taken, None) if taken is not None else None
+        if place is not None:
+            self.bytes -= place  # the run's reservation ends here: it is kept in its stead, or it ends
+        self._fits_alone(run.size, new=new)
+        if new or place is None:
+            self.admit(run.size)  # a run with no place of its own needs a new one
         else:
             self.sweep()
+            if self.bytes + run.size > self.max_bytes:
+                raise GuidedFullError(
+                    f"guided mode is full: this run's saved state grew to {run.size} bytes and the other waiting "
+                    f"runs hold {self.bytes}, past the most it holds (--guided-max-mb, {self.max_bytes} bytes); "
+                    f"the run cannot wait for more answers and was ended; call the tool again to start over"
+                )
         ident = secrets.token_urlsafe(18)
         self._hold(ident, run)
         return ident
@@ -174,12 +218,33 @@ class MemoryWaitingRuns:
         self.sweep()
         if ident not in self.runs:
             return None
-        run = self.runs[ident]
-        self._drop(ident)
-        return run if run.expires > time.time() else None
+        run = self.runs.pop(ident)
+        if run.expires <= time.time():
+            self.bytes -= run.size
+            return None
+        self.taken[ident] = run.size  # its place (count and bytes) stays until its round ends
+        return run
 
     def put_back(self, ident: str, run: WaitingRun) -> None:
+        self.release(ident)
         self._hold(ident, run)
+
+    def release(self, ident: str) -> None:
+        self.bytes -= self.taken.pop(ident, 0)
+
+    def _fits_alone(self, size: int, *, new: bool) -> None:
+        if size > self.max_run_bytes:
+            ended = "cannot start waiting" if new else "cannot wait for more answers"
+            raise GuidedRunTooLargeError(
+                f"this run's saved state is {size} bytes, past the most one waiting guided run may hold "
+                f"({self.max_run_bytes} bytes); the run {ended} and was ended; call the tool again to start over "
+                f"(a run that keeps what each round answered, in a loop, grows with every round)"
+            )
+
+    def _expiry_hint(self) -> str:
+        if self._next_expiry == float("inf"):
+            return ""
+        return f" (in {max(self._next_expiry - time.time(), 0):.0f} s at most)"
 
     def _hold(self, ident: str, run: WaitingRun) -> None:
         self.runs[ident] = run
@@ -197,8 +262,9 @@ class GuidedRuns:
         self.ttl = ttl
         self.store: WaitingRuns = store if store is not None else MemoryWaitingRuns()
 
-    def keep(self, tool: str, handoff: Any, machine: Machine, *, new: bool = True) -> str:
-        return self.store.keep(WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl), new=new)
+    def keep(self, tool: str, handoff: Any, machine: Machine, *, new: bool = True, taken: str | None = None) -> str:
+        saved = WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl)
+        return self.store.keep(saved, new=new, taken=taken)
 
     def take(self, ident: Any) -> WaitingRun:
         """The waiting run, which no longer waits under `ident`."""
@@ -224,9 +290,13 @@ class GuidedRuns:
             waiting = self.take(ident)
         except AnswerError as error:
             return error_result(str(error))
+        # taken, the run keeps its place in the store until this round settles it: put back (answers
+        # refused), kept again (it waits for more), or released here (it ended: done, failed, cancelled)
+        settled = False  # put back
         tool = bridge.tools[waiting.tool]
 
         async def restored() -> tuple[Any, Machine]:
+            nonlocal settled
             handoff, machine = load_run(waiting.saved)
             try:
                 with released_unless_fed(machine):
@@ -237,24 +307,40 @@ class GuidedRuns:
                     feed(machine, {key: _answer(machine.requests[key], answers[key]) for key in answers})
             except AnswerError as error:
                 # nothing was fed: the run still waits under its state id, for answers that fit
+                settled = True
                 self.store.put_back(ident, waiting)
                 still = f"(the run still waits: call {RESUME_TOOL} again with this state_id)"
                 raise AnswerError(f"{error}\n{still}") from None
             return handoff, machine
 
-        return await guarded(restored(), self._ask, bridge, ctx, tool)
+        def ask_again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
+            return self._ask(ctx, handoff, machine, taken=ident)  # keep() takes the place over, or ends it
+
+        try:
+            return await guarded(restored(), ask_again, bridge, ctx, tool)
+        finally:
+            if not settled:  # put back, the id may already be taken again, by another round: not ours to end
+                self.store.release(ident)
 
     def _ask_new(self, ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
         return self._ask(ctx, handoff, machine, new=True)
 
     def _ask(
-        self, ctx: ServerRequestContext, handoff: Any, machine: Machine, *, new: bool = False
+        self,
+        ctx: ServerRequestContext,
+        handoff: Any,
+        machine: Machine,
+        *,
+        new: bool = False,
+        taken: str | None = None,
     ) -> types.CallToolResult:
         """The pending requests as a guide for the calling model; the run is kept under a new state id
-        (guarded() then releases this live copy: the run goes on from the kept one). `new`: a run that
-        starts waiting (the store's caps apply; past one, the run is halted and the call refused)."""
+        (guarded() then releases this live copy: the run goes on from the kept one). The store's caps
+        apply to every run: `new`, a run that starts waiting; `taken`, the id a continuing run was taken
+        under (its place is taken over). Past a cap the store raises: guarded() halts the run (its
+        cleanup runs once) and the call is a tool error that says why."""
         requests = [_describe(request) for request in machine.pending]
-        state_id = self.keep(machine.tool, handoff, machine, new=new)
+        state_id = self.keep(machine.tool, handoff, machine, new=new, taken=taken)
         guide = {
             "status": "waiting_for_answers",
             "tool": machine.tool,
