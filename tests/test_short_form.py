@@ -8,7 +8,9 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated
 
 import mcp.types as types
@@ -16,16 +18,17 @@ import pytest
 from _bridge_support import KEY, within
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, SecretStr
 
 import branchc
 from branchc import Context, ToolDefinitionError, ToolPhaseError, run_tool, tool
 from branchc.bridge.loading import load_served_tools
+from branchc.bridge.rounds import start_run
 from branchc.bridge.server import create_server
 from branchc.runtime.limits import Limits
 from branchc.runtime.machine import Machine
 from branchc.runtime.runstate import dump_run
-from branchc.runtime.tool import parse_docstring
+from branchc.runtime.signature import parse_docstring
 from branchc.splitter.build import build
 from branchc.splitter.compiler import compile_module
 from branchc.testing import MockClient
@@ -230,6 +233,90 @@ async def test_a_handoff_that_does_not_fit_the_parameters_is_named():
 
     with pytest.raises(ToolPhaseError, match=r"before\(\) returned 'country', which .*short has no parameter for"):
         await run_tool(short, {"city": "a"}, MockClient())
+
+
+# -- validated once: the handoff is JSON, and the client's arguments come back from it by type ---------------------
+
+
+class Shape(BaseModel):
+    name: Annotated[str, AfterValidator(lambda s: s + "!")]
+    at: Point
+
+
+class Creds(BaseModel):
+    user: str
+    key: SecretStr
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bridge", [False, True])
+async def test_each_parameter_is_validated_once_and_arrives_as_its_type(bridge):
+    seen = {}
+
+    @tool
+    def once(
+        ctx: Context,
+        who: Annotated[str, AfterValidator(lambda s: s + "!")],
+        point: Point,
+        when: datetime,
+        tags: list[Annotated[str, AfterValidator(str.upper)]],
+        shape: Shape | None = None,
+        count: Annotated[int, Field(ge=1, le=3)] = 2,
+        json: str = "j",
+        field_json: int = 0,  # `json` is a field under another name, and not this one
+    ):
+        seen.update(who=who, point=point, when=when, tags=tags, shape=shape, count=count, json=json, fj=field_json)
+        yield ctx.log("info", who)
+        return {"who": who}
+
+    arguments = {"who": "bob", "point": {"x": 1, "y": 2}, "when": "2026-01-02T03:04:05Z", "tags": ["a"]}
+    arguments |= {"shape": {"name": "sq", "at": {"x": 0, "y": 0}}, "json": "J", "field_json": 7}
+    if bridge:  # the bridge's round 1 builds the handoff from the validated params, as a served call does
+        bridge, ctx = SimpleNamespace(limits=Limits()), SimpleNamespace(request_id=1)
+        handoff, machine = await start_run(bridge, ctx, once, once.validate_params(arguments), check=False)
+        machine.advance()
+        assert handoff["who"] == "bob!" and json.loads(json.dumps(handoff)) == handoff
+    else:
+        assert await run_tool(once, arguments, MockClient()) == {"who": "bob!"}
+    assert seen["who"] == "bob!" and seen["tags"] == ["A"]  # not 'bob!!', 'A' (upper is idempotent anyway)
+    assert seen["point"] == Point(x=1, y=2) and seen["when"] == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert isinstance(seen["shape"], Shape) and seen["shape"].at == Point(x=0, y=0)
+    assert seen["count"] == 2 and seen["json"] == "J" and seen["fj"] == 7
+
+    with pytest.raises(branchc.ParamsError, match="count"):  # defaults and constraints still hold on the call
+        await run_tool(once, {**arguments, "count": 9}, MockClient())
+
+
+@pytest.mark.anyio
+async def test_a_before_handoff_is_validated_against_the_parameters_once():
+    @tool
+    def greet(ctx: Context, who: Annotated[str, AfterValidator(lambda s: s + "!")]):
+        yield ctx.log("info", who)
+        return {"who": who}
+
+    @greet.before
+    def shout(params) -> dict:
+        return {"who": params.who.upper()}  # params.who is 'bob!'
+
+    assert await run_tool(greet, {"who": "bob"}, MockClient()) == {"who": "BOB!!"}
+
+
+def test_a_parameter_that_cannot_travel_as_json_is_refused():
+    def secret(ctx: Context, key: SecretStr):
+        yield ctx.log("info", "x")
+
+    def nested(ctx: Context, creds: list[Creds]):
+        yield ctx.log("info", "x")
+
+    def excluded(ctx: Context, note: Annotated[str, Field(exclude=True)] = ""):
+        yield ctx.log("info", "x")
+
+    with pytest.raises(ToolDefinitionError, match=r"parameter 'key' is a secret \(SecretStr\).*@<tool>\.before"):
+        tool(secret)
+    with pytest.raises(ToolDefinitionError, match=r"Creds\.key is a secret \(SecretStr\)"):
+        tool(nested)
+    with pytest.raises(ToolDefinitionError, match=r"parameter 'note' is excluded from dumps"):
+        tool(excluded)
 
 
 # -- compiled: the splitter finds it; snapshots resume in a fresh process --------------------------------------------

@@ -202,7 +202,7 @@ async def start_run(
     if check and (missing := tool.requires - bridge.offered(ctx)):
         raise missing_capability(tool, missing)
     if tool.before_fn is None:
-        handoff = model.model_dump(mode="json")
+        handoff = model.model_dump(mode="json", round_trip=True)  # JSON that validates back to the params
     else:
         handoff = await server_phase(tool, "before", tool.before_fn, model)
         check_phase_data(handoff, "handoff", "before", tool.before_fn)

@@ -23,23 +23,31 @@ the handoff. Without a `before`, the handoff is the validated params, so the cli
 arguments. With a `before`, it is what `before(params)` returns: a dict whose keys are the client's
 parameters (give `params=Model` when the caller's input differs from them). `after(handoff, result)`
 sees that same handoff.
+
+The handoff is JSON (it travels in snapshots and to the client), and each value is validated once. Without
+a `before`, the caller's arguments are validated on the server and the handoff is their JSON dump
+(`mode="json", round_trip=True`); the client's keyword arguments are rebuilt from it by type alone: the
+parameters' own validators and constraints (`AfterValidator`, `Field(ge=...)`, ...) do not run again, and
+a pydantic-model parameter comes back through its own JSON round trip. With a `before` (or `params=`), the
+handoff is new data, validated against the client's parameters. A parameter that cannot travel as JSON is
+refused when the tool is defined: a secret (`SecretStr`, `SecretBytes`, `Secret[...]`: its dump is masked,
+and a secret stays on the server, in `before`/`after`) or a field excluded from dumps (`exclude=True`).
 """
 
 from __future__ import annotations
 
 import inspect
-import re
-import typing
+import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-from pydantic.fields import FieldInfo
+from pydantic import BaseModel, ValidationError
 
 from .content import split as split_content
 from .context import Context, is_generator_function
 from .errors import OutputError, ParamsError, ToolDefinitionError, format_validation_errors
 from .limits import Limits
+from .signature import Signature, function_name, function_place
 
 __all__ = ["CAPABILITIES", "Tool", "resumable", "tool"]
 
@@ -47,20 +55,11 @@ CAPABILITIES = frozenset({"sampling", "elicitation"})
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _where(fn: Any) -> str:
-    code = getattr(fn, "__code__", None)
-    return f"{code.co_filename}:{code.co_firstlineno}" if code else "not a function"
-
-
-def _name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
-
-
 def resumable(fn: F) -> F:
     """Mark a generator function as portable: the splitter compiles it, `ctx.branch` runs it."""
     if not is_generator_function(fn):
         raise ToolDefinitionError(
-            f"@resumable applies to generator functions, and {_name(fn)} ({_where(fn)}) has no "
+            f"@resumable applies to generator functions, and {function_name(fn)} ({function_place(fn)}) has no "
             f"yield; make it yield effects, or drop @resumable"
         )
     fn.__branchc_resumable__ = True  # type: ignore[attr-defined]
@@ -126,141 +125,6 @@ def _icons(name: str, value: Any) -> list[dict[str, Any]] | None:
 
 
 # -- the short form: a signature as a params model --------------------------------------------------------
-
-_HEADER = (
-    "Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|Returns?|Yields?|Raises|"
-    "Examples?|Notes?|Attributes|See Also|References|Warnings?|Todo"
-)
-_GOOGLE_HEADER = re.compile(rf"^({_HEADER}):\s*$")
-_NUMPY_HEADER = re.compile(rf"^({_HEADER})\s*$")
-_UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
-_PARAM_SECTIONS = {"Args", "Arguments", "Parameters", "Params", "Keyword Args", "Keyword Arguments"}
-_GOOGLE_ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:(?:\s+(.*))?$")
-_NUMPY_ENTRY = re.compile(r"^(\w+)\s*(?::.*)?$")
-_SPHINX = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """A docstring's description (its text before the first section) and its per-parameter descriptions,
-    from a Google `Args:` section, a NumPy `Parameters` section or Sphinx `:param name:` fields."""
-    lines = inspect.cleandoc(doc or "").splitlines()
-    summary: list[str] = []
-    params: dict[str, str] = {}
-    style: str | None = None  # None (the description), "google", "numpy", "sphinx" or "other" (a section)
-    current: str | None = None  # the parameter whose description continues
-    indent: int | None = None  # a section's entry indentation
-    index = 0
-    while index < len(lines):
-        line, text = lines[index], lines[index].strip()
-        width = len(line) - len(line.lstrip())
-        numpy = index + 1 < len(lines) and _UNDERLINE.match(lines[index + 1]) and _NUMPY_HEADER.match(line)
-        header = _GOOGLE_HEADER.match(line) or numpy
-        if header:
-            in_params = header.group(1) in _PARAM_SECTIONS
-            style = ("numpy" if numpy else "google") if in_params else "other"
-            current, indent = None, None
-            index += 2 if numpy else 1
-            continue
-        sphinx = _SPHINX.match(text)
-        if sphinx:
-            style, current, indent = "sphinx", sphinx.group(1), width
-            params[current] = sphinx.group(2)
-        elif style is None:
-            summary.append(line)
-        elif text and style in ("google", "numpy", "sphinx"):
-            if indent is None:
-                indent = width
-            entry = (_GOOGLE_ENTRY if style == "google" else _NUMPY_ENTRY).match(text)
-            if width == indent and entry and style != "sphinx":
-                current = entry.group(1)
-                params[current] = (entry.group(2) or "") if style == "google" else ""
-            elif width > indent and current is not None:
-                params[current] = f"{params[current]} {text}".strip()
-            elif width < indent or style == "sphinx":
-                style, current = "other", None
-        index += 1
-    return "\n".join(summary).strip(), {name: text.strip() for name, text in params.items() if text.strip()}
-
-
-def _has_description(annotation: Any, default: Any) -> bool:
-    if isinstance(default, FieldInfo) and default.description:
-        return True
-    return typing.get_origin(annotation) is Annotated and any(
-        isinstance(meta, FieldInfo) and meta.description for meta in annotation.__metadata__
-    )
-
-
-def _is_context(annotation: Any) -> bool:
-    if typing.get_origin(annotation) is Annotated:
-        annotation = typing.get_args(annotation)[0]
-    return isinstance(annotation, type) and issubclass(annotation, Context)
-
-
-class _Signature:
-    """A short-form client's parameters: the context parameter, and the others as a pydantic model."""
-
-    def __init__(self, tool_name: str, fn: Callable[..., Any]) -> None:
-        where = f"tool {tool_name!r}: {_name(fn)} ({_where(fn)})"
-        try:
-            hints = typing.get_type_hints(fn, include_extras=True)
-        except Exception as error:
-            raise ToolDefinitionError(
-                f"{where}: its annotations cannot be evaluated ({type(error).__name__}: {error}); "
-                f"import what they name at module level"
-            ) from None
-        parameters = inspect.signature(fn).parameters
-        contexts = [name for name in parameters if _is_context(hints.get(name))]
-        if not contexts and "ctx" in parameters and "ctx" not in hints:
-            contexts = ["ctx"]
-        if len(contexts) != 1:
-            found = "none" if not contexts else ", ".join(contexts)
-            raise ToolDefinitionError(
-                f"{where}: give it exactly one parameter annotated Context, which receives the context "
-                f"(found {found}); e.g. def {getattr(fn, '__name__', 'client')}(ctx: Context, ...)"
-            )
-        self.context = contexts[0]
-        self.description, documented = parse_docstring(fn.__doc__)
-        fields: dict[str, Any] = {}
-        self.aliases: dict[str, str] = {}  # field name -> parameter name, where they differ
-        for name, parameter in parameters.items():
-            if name == self.context:
-                continue
-            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.POSITIONAL_ONLY):
-                raise ToolDefinitionError(
-                    f"{where}: parameter {parameter} cannot be a tool parameter: a tool's parameters are "
-                    f"named ones, passed by keyword; declare each one"
-                )
-            if name.startswith("_"):
-                raise ToolDefinitionError(f"{where}: parameter {name!r}: a tool parameter cannot start with '_'")
-            annotation = hints.get(name, Any)
-            default = parameter.default
-            if name in documented and not _has_description(annotation, default):
-                annotation = Annotated[annotation, Field(description=documented[name])]
-            field = name
-            if hasattr(BaseModel, name):  # `copy`, `json`, `schema`, ...: a field under another name
-                field = f"field_{name}"
-                annotation = Annotated[annotation, Field(alias=name)]
-                self.aliases[field] = name
-            fields[field] = annotation if default is parameter.empty else (annotation, default)
-        try:
-            self.model: type[BaseModel] = create_model(
-                f"{getattr(fn, '__name__', tool_name)}Arguments",
-                __config__=ConfigDict(arbitrary_types_allowed=True, populate_by_name=True),
-                __module__=getattr(fn, "__module__", __name__),
-                **fields,
-            )
-            self.model.model_json_schema()
-        except Exception as error:
-            raise ToolDefinitionError(
-                f"{where}: its parameters do not make an input schema: {type(error).__name__}: {error}"
-            ) from None
-        self.names = {self.aliases.get(field, field) for field in self.model.model_fields} | set(
-            self.model.model_fields
-        )
-
-    def arguments(self, model: BaseModel) -> dict[str, Any]:
-        """The validated values by parameter name: one level deep (a nested model stays a model)."""
-        return {self.aliases.get(field, field): getattr(model, field) for field in type(model).model_fields}
 
 
 class _ShortClient:
@@ -334,7 +198,7 @@ class Tool:
         self.client_fn: Callable[..., Any] | None = None
         self.after_fn: Callable[..., Any] | None = None
         self.fn: Callable[..., Any] | None = None  # the short form's generator function
-        self.signature: _Signature | None = None
+        self.signature: Signature | None = None
 
     def __repr__(self) -> str:
         return f"<Tool {self.name}>"
@@ -343,11 +207,11 @@ class Tool:
         """The short form, `@tool("name", ...)` on a generator: its parameters are the tool's params."""
         if self.client_fn is not None:
             raise ToolDefinitionError(
-                f"tool {self.name!r} already has a client phase ({_name(self.client_fn)}); a tool is not called "
-                f"directly: run it with branchc.run_tool(tool, params, client)"
+                f"tool {self.name!r} already has a client phase ({function_name(self.client_fn)}); a tool is not "
+                f"called directly: run it with branchc.run_tool(tool, params, client)"
             )
         self._check_generator(fn)
-        signature = _Signature(self.name, fn)
+        signature = Signature(self.name, fn)
         self.signature = signature
         if not self.params_given:
             self.params = signature.model
@@ -367,19 +231,24 @@ class Tool:
         who = "before() returned" if self.before_fn is not None else "the params give"
         if not isinstance(handoff, dict):
             raise ToolDefinitionError(
-                f"tool {self.name!r}: {who} {type(handoff).__name__}, and {_name(self.fn)} takes keyword "
+                f"tool {self.name!r}: {who} {type(handoff).__name__}, and {function_name(self.fn)} takes keyword "
                 f"arguments: return a dict of them from before()"
             )
         if extra := sorted(set(handoff) - signature.names):
             raise ToolDefinitionError(
-                f"tool {self.name!r}: {who} {', '.join(map(repr, extra))}, which {_name(self.fn)} has no "
+                f"tool {self.name!r}: {who} {', '.join(map(repr, extra))}, which {function_name(self.fn)} has no "
                 f"parameter for; add the parameters, or give params=Model for the tool's input"
             )
+        validated = self.before_fn is None and not self.params_given  # the dump of this very signature's model
         try:
-            model = signature.model.model_validate(handoff)
+            if validated:  # by type alone: the parameters' validators ran once, on the caller's arguments
+                model = signature.by_type.model_validate_json(json.dumps(handoff))
+            else:
+                model = signature.model.model_validate(handoff)
         except ValidationError as error:
+            what = "do not come back from their JSON dump as" if validated else "do not fit"
             raise ToolDefinitionError(
-                f"tool {self.name!r}: {who} values that do not fit {_name(self.fn)}'s parameters:\n"
+                f"tool {self.name!r}: {who} values that {what} {function_name(self.fn)}'s parameters:\n"
                 + "\n".join(f"  {line}" for line in format_validation_errors(error))
             ) from None
         return signature.arguments(model)
@@ -414,7 +283,7 @@ class Tool:
     def _check_generator(self, fn: Callable[..., Any]) -> None:
         if not is_generator_function(fn):
             raise ToolDefinitionError(
-                f"tool {self.name!r}: client {_name(fn)} ({_where(fn)}) must be a generator "
+                f"tool {self.name!r}: client {function_name(fn)} ({function_place(fn)}) must be a generator "
                 f"function: yield effects such as `yield ctx.sample(prompt=...)`"
             )
 
@@ -423,7 +292,7 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: {phase} must be a function, not {fn!r}")
         if phase != "client" and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
             raise ToolDefinitionError(
-                f"tool {self.name!r}: {phase} {_name(fn)} ({_where(fn)}) is a generator; "
+                f"tool {self.name!r}: {phase} {function_name(fn)} ({function_place(fn)}) is a generator; "
                 f"{phase} runs on the server and returns its value: use return, not yield"
             )
         if getattr(self, f"{phase}_fn") is not None:
