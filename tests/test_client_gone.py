@@ -51,11 +51,11 @@ def cache(tmp_path_factory) -> str:
 
 @contextlib.contextmanager
 def serving(
-    cache: str, errlog: Path, *args: str, env: dict[str, str] | None = None
+    cache: str, errlog: Path, *args: str, env: dict[str, str] | None = None, tools: Path = TOOLS
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """`branchc serve --http` of the tool on a free loopback port: (its URL, the process)."""
     port = free_port()
-    command = [sys.executable, "-m", "branchc", "serve", str(TOOLS), "--state-key", KEY]
+    command = [sys.executable, "-m", "branchc", "serve", str(tools), "--state-key", KEY]
     command += ["--http", f"127.0.0.1:{port}", *args]
     with errlog.open("w") as err:
         process = subprocess.Popen(
@@ -276,6 +276,180 @@ async def test_an_oversized_request_is_a_clear_error(http_server, tmp_path):
             await within(30, client.call_tool("hold", {"marker": str(tmp_path / "marker.txt")}))
     assert not (tmp_path / "marker.txt").exists()  # the run lives on in its request_state, as any unanswered round
     await still_serving(url)
+
+
+def refused_in(port: int, headers: dict[str, str], body: bytes) -> tuple[int, str, float]:
+    """POST `body` (with its Content-Length): (the status, the response's text, the seconds it took)."""
+    start = time.monotonic()
+    with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=60)) as connection:
+        connection.request("POST", "/mcp", body, headers)
+        response = connection.getresponse()
+        return response.status, response.read().decode(), time.monotonic() - start
+
+
+def slow_sender(port: int, headers: dict[str, str]) -> tuple[int, float]:
+    """Declare a 32 MiB body, send its first bytes (no id yet), then nothing: (the status, the seconds it took)."""
+    start = time.monotonic()
+    lines_ = ["POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{port}", f"Content-Length: {32 * 2**20}"]
+    lines_ += [f"{key}: {value}" for key, value in headers.items()]
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(("\r\n".join(lines_) + "\r\n\r\n").encode() + b'{"jsonrpc": "2.0", "id": ')
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = sock.recv(4096)
+            assert chunk, "the server closed the connection without an answer"
+            answer += chunk
+    return int(answer.split()[1]), time.monotonic() - start
+
+
+async def test_an_adversarial_oversized_body_is_refused_at_once(http_server):
+    """Bodies over the limit built to be slow to scan for an id (32 MiB of nesting, in a session: the old scan
+    read 256 MiB with a Python step per bracket, ~20 s of the event loop for each) are refused within a
+    second or so each, a sender that stalls within SCAN_SECONDS, and the server answers others meanwhile."""
+    url, _, errlog = http_server
+    port = int(url.split(":")[2].split("/")[0])
+    _, headers = raw_session(port)
+    bodies = [
+        b'{"jsonrpc": "2.0", "x": ' + b"[" * (32 * 2**20),
+        b"[" * (32 * 2**20),
+        b'{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": "' + b"a" * (32 * 2**20) + b'"}}',
+    ]
+    results: list[tuple[int, str, float]] = []
+    stalled: list[tuple[int, float]] = []
+
+    async def send(body: bytes) -> None:
+        results.append(await anyio.to_thread.run_sync(refused_in, port, headers, body))
+
+    async def stall() -> None:
+        stalled.append(await anyio.to_thread.run_sync(slow_sender, port, headers))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(stall)
+        for body in bodies:
+            group.start_soon(send, body)
+        await anyio.sleep(0.3)  # the bodies are being sent and refused
+        start = time.monotonic()
+        await still_serving(url)
+        meanwhile = time.monotonic() - start
+    print(
+        f"\nadversarial bodies refused in {[round(took, 2) for *_, took in results]} s, a stalled sender in "
+        f"{stalled[0][1]:.2f} s; a call meanwhile took {meanwhile:.2f} s"
+    )
+    for status, text, took in results:
+        assert status == 413 and "this server takes at most 4194304 bytes" in text, (status, text)
+        assert took < 5
+    assert stalled[0][0] == 413 and stalled[0][1] < 9  # SCAN_SECONDS (5 s), then the plain 413
+    assert meanwhile < 3
+    await still_serving(url)
+    assert "Traceback" not in errlog.read_text()
+
+
+COMMIT_TOOL = """
+import asyncio
+
+from pydantic import BaseModel
+
+from branchc import Context, tool
+
+
+class Params(BaseModel):
+    marker: str
+
+
+commit = tool("commit", description="asks one sample; its after() commits slowly", params=Params)
+
+
+def note(handoff: dict, text: str) -> None:
+    with open(handoff["marker"], "a", encoding="utf-8") as out:
+        out.write(text + "\\n")
+
+
+@commit.client
+def client(handoff: dict, ctx: Context):
+    try:
+        reply = yield ctx.sample(prompt="question")
+        return {"answer": reply.text}
+    finally:
+        note(handoff, "finally")
+
+
+@commit.after
+async def after(handoff: dict, result: dict) -> dict:
+    note(handoff, "after started")
+    await asyncio.sleep(1)  # a database commit, say
+    note(handoff, "after done")
+    return result
+"""
+
+
+def test_a_client_gone_during_after_does_not_cancel_it(cache, tmp_path):
+    """The client answers the last sample and drops the call's connection while after() runs: after()
+    finishes (a commit cancelled halfway is worse than one finished), the finally ran once."""
+    tools, marker, errlog = tmp_path / "commit.py", tmp_path / "marker.txt", tmp_path / "stderr.txt"
+    tools.write_text(COMMIT_TOOL)
+    with serving(cache, errlog, tools=tools) as (url, _):
+        port = int(url.split(":")[2].split("/")[0])
+        _, headers = raw_session(port)
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+        call["params"] = {"name": "commit", "arguments": {"marker": str(marker)}}
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        try:
+            connection.request("POST", "/mcp", json.dumps(call), headers)
+            response = connection.getresponse()
+            line = b""
+            while b"sampling/createMessage" not in line:
+                line = response.readline()
+            asked = json.loads(line.decode().removeprefix("data: "))
+            content = {"type": "text", "text": "an answer"}
+            answer = {
+                "jsonrpc": "2.0",
+                "id": asked["id"],
+                "result": {"role": "assistant", "model": "m", "content": content},
+            }
+            with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=20)) as other:
+                other.request("POST", "/mcp", json.dumps(answer), headers)
+                assert other.getresponse().status == 202
+            wait_lines(marker, 2, BOUND)  # the client phase ended (its finally ran); after() runs
+            connection.sock.shutdown(2)
+        finally:
+            connection.close()
+        wait_lines(marker, 3, BOUND)
+        time.sleep(0.3)
+    assert lines(marker) == ["finally", "after started", "after done"]
+    assert_quiet(errlog)
+
+
+async def test_a_mounted_server_wrapped_in_watch_clients_ends_a_killed_clients_run(cache, tmp_path, monkeypatch):
+    """`mount` on an MCPServer served by the SDK's own app: wrapped in `watch_clients`, a killed client's run
+    ends (its finally runs) instead of waiting for the session's idle timeout."""
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    from branchc.bridge import mount, watch_clients
+
+    monkeypatch.setenv("BRANCHC_CACHE", cache)
+    mcp = MCPServer("mine")
+    mount(mcp, TOOLS)
+    port = free_port()
+    app = watch_clients(mcp.streamable_http_app())
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    marker, asked = tmp_path / "marker.txt", tmp_path / "asked.txt"
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        while not server.started:
+            await anyio.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/mcp"
+        client = abandoning(url, "legacy", {"marker": str(marker), "log": True}, asked)
+        try:
+            await anyio.to_thread.run_sync(wait_lines, asked, 1, 60, client)
+            assert not marker.exists()
+        finally:
+            killed(client)
+        took = await anyio.to_thread.run_sync(wait_lines, marker, 1, BOUND)
+        await anyio.sleep(0.3)
+        server.should_exit = True
+    print(f"\nmounted, killed client: finally ran {took:.2f} s after the kill")
+    assert lines(marker) == ["finally"]
 
 
 # -- memory -------------------------------------------------------------------------------------------------

@@ -12,10 +12,17 @@ pending request is cancelled.
 
 The SDK answers a POST body over its limit (4 MiB by default) with 413 before reading it. For a request
 the client gets an error, but a client's *answer* to a sample or an elicitation is dropped by the SDK's
-client on a 413, and the server goes on waiting for it. `ClientWatch` enforces the limit itself: an
-oversized answer is read (never held) only far enough to find the id it answers, and the server's
-waiting request gets a JSON-RPC error naming the size and the limit, so the run fails at its yield with
-that error; an oversized request gets a 413 whose body is a JSON-RPC error the client shows.
+client on a 413, and the server goes on waiting for it. `ClientWatch` enforces the limit itself: of an
+oversized body in a session (an `mcp-session-id` header) it reads at most SCAN_PREFIX bytes, for at most
+SCAN_SECONDS, looking for the id the message answers at the top level of its object (the SDK's client
+writes `{"jsonrpc": "2.0", "id": ..., "result": ...}`, the id within the first bytes); it stops at the
+first nesting or array before that, and never reads the rest (the server discards it unparsed, as after
+the SDK's own 413). An oversized answer found so fails the server's waiting request with a JSON-RPC error
+naming the size and the limit, so the run fails at its yield with that error; any other oversized body
+gets a 413 whose body is a JSON-RPC error the client shows.
+
+`watch_clients(app)` is the same wrapper for an app the SDK serves itself (a mounted server's
+`mcp.streamable_http_app()`, mount.py).
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["ClientWatch", "ConnectionLostError", "connection_gone", "ends_with_connection", "write_bounded"]
+__all__ = ["ClientWatch", "connection_gone", "ends_with_connection", "watch_clients", "write_bounded"]
 
 logger = logging.getLogger(__name__)
 
 SCOPE_KEY = "branchc.connection"
 DEFAULT_MAX_BODY = 4 * 2**20  # the SDK's own default (mcp.server.transport_security.DEFAULT_MAX_REQUEST_BODY_SIZE)
-SCAN_LIMIT = 256 * 2**20  # an oversized body is read this far at most, looking for the id it answers
+SCAN_PREFIX = 64 * 2**10  # an oversized body is read this far at most, looking for the id it answers
+SCAN_SECONDS = 5.0  # and for this long at most (a client that sends slowly gets the plain 413)
 CLEANUP_WRITE_TIMEOUT = 5.0  # what a run's cleanup may wait to send its logs to a client that does not read
 
 
@@ -84,10 +92,6 @@ def ends_with_connection(ctx: Any) -> Iterator[anyio.CancelScope]:
         connection.scopes.discard(scope)
 
 
-class ConnectionLostError(ConnectionError):
-    """The client's connection closed while the run waited for its answer."""
-
-
 async def write_bounded(ctx: Any, write: Any, what: str) -> None:
     """A notification to the client (a log, a progress note): dropped when its connection is gone, and
     given up after CLEANUP_WRITE_TIMEOUT seconds when the client does not read (notifications are
@@ -101,6 +105,18 @@ async def write_bounded(ctx: Any, write: Any, what: str) -> None:
 
 
 # -- the ASGI wrapper -------------------------------------------------------------------------------------
+
+
+def watch_clients(app: ASGIApp, max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
+    """`app` (the SDK's streamable HTTP app) wrapped so a handshake-era branchc call ends when its client goes
+    away, and an answer over `max_body` bytes fails the request it answers (see ClientWatch). For a server
+    branchc tools are mounted on (mount.py), served by the SDK's own HTTP app:
+
+        app = watch_clients(mcp.streamable_http_app())
+        uvicorn.run(app, host="127.0.0.1", port=8000)
+
+    Give `max_body` the limit the app was made with (`max_request_body_size`, 4 MiB by default)."""
+    return ClientWatch(app, max_body)
 
 
 class ClientWatch:
@@ -127,10 +143,10 @@ class ClientWatch:
         if scope.get("method") != "POST":
             await self.app(scope, watched, send)
             return
-        declared = _content_length(scope)
-        if declared is not None:
-            if declared > self.max_body:
-                await self._oversized(scope, watched, send, [], declared)
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.max_body:
+                await self._oversized(scope, watched, send, [], True, int(declared))
             else:
                 await self.app(scope, watched, send)
             return
@@ -144,33 +160,26 @@ class ClientWatch:
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
+            more = message.get("more_body", False)
             if size > self.max_body:
-                await self._oversized(scope, watched, send, chunks, None)
+                await self._oversized(scope, watched, send, chunks, more, None)
                 return
-            if not message.get("more_body", False):
+            if not more:
                 await self.app(scope, _replay(chunks, watched), send)
                 return
 
     async def _oversized(
-        self, scope: Scope, receive: Receive, send: Send, chunks: list[bytes], declared: int | None
+        self, scope: Scope, receive: Receive, send: Send, chunks: list[bytes], more: bool, declared: int | None
     ) -> None:
+        """A 413; for an answer in a session, found in the body's first SCAN_PREFIX bytes within SCAN_SECONDS,
+        the server's request it answers fails too. The rest of the body is never read."""
         envelope = _Envelope()
-        size = 0
-        more = True
-        for chunk in chunks:
-            size += len(chunk)
-            envelope.feed(chunk)
-        while more and not envelope.decided and size < SCAN_LIMIT:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            body = message.get("body", b"")
-            size += len(body)
-            envelope.feed(body)
-            more = message.get("more_body", False)
+        if _header(scope, b"mcp-session-id"):  # no answer is outside a session (the SDK checks the session itself)
+            with anyio.move_on_after(SCAN_SECONDS):
+                await _scan(envelope, chunks, more, receive)
         how_big = f"{declared} bytes" if declared is not None else f"more than {self.max_body} bytes"
         limit = f"this server takes at most {self.max_body} bytes (branchc serve --max-message-mb)"
-        if envelope.is_response and envelope.id is not None:
+        if envelope.decided and envelope.is_response and envelope.id is not None:
             text = f"the client's answer to request {envelope.id!r} was {how_big}, and {limit}"
             logger.warning("branchc: %s", text)
             await self._fail_waiting_request(scope, envelope.id, text)
@@ -178,7 +187,8 @@ class ClientWatch:
             return
         text = f"the request body was {how_big}, and {limit}"
         error = {"code": -32600, "message": text}
-        await _json_response(send, 413, {"jsonrpc": "2.0", "id": envelope.id, "error": error})
+        request_id = envelope.id if envelope.decided else None
+        await _json_response(send, 413, {"jsonrpc": "2.0", "id": request_id, "error": error})
 
     async def _fail_waiting_request(self, scope: Scope, request_id: Any, text: str) -> None:
         """Hand the SDK, in place of the oversized answer, a JSON-RPC error for the request it answers:
@@ -203,12 +213,29 @@ class ClientWatch:
             await self.app(inner, receive_once, swallow)
 
 
-def _content_length(scope: Scope) -> int | None:
+def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
-        if key == b"content-length":
-            with contextlib.suppress(ValueError):
-                return int(value)
+        if key == name:
+            return value.decode("latin-1").strip()
     return None
+
+
+async def _scan(envelope: _Envelope, chunks: list[bytes], more: bool, receive: Receive) -> None:
+    """Feed `envelope` the body's first SCAN_PREFIX bytes at most (those read already, then more), until it decides."""
+    seen = 0
+    for chunk in chunks:
+        envelope.feed(chunk[: SCAN_PREFIX - seen])
+        seen += len(chunk)
+        if envelope.decided or seen >= SCAN_PREFIX:
+            return
+    while more and not envelope.decided and seen < SCAN_PREFIX:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        body = message.get("body", b"")
+        envelope.feed(body[: SCAN_PREFIX - seen])
+        seen += len(body)
+        more = message.get("more_body", False)
 
 
 def _replay(chunks: list[bytes], receive: Receive, last: Message | None = None) -> Receive:
@@ -239,7 +266,8 @@ _STRING_END = re.compile(rb'["\\]')
 class _Envelope:
     """The top-level keys of a JSON-RPC message, read as its bytes arrive (nothing is kept but the
     top-level keys and the id): its id, and whether it is a response (result / error) or not (method).
-    Decided as soon as the id and one of those keys were seen, usually within the first bytes."""
+    Decided as soon as the id and one of those keys were seen, usually within the first bytes; broken
+    (given up) at the first nested value before that, a top-level array, or a key or id over 4 KiB."""
 
     def __init__(self) -> None:
         self.depth = 0
@@ -305,12 +333,16 @@ class _Envelope:
                     if self.depth == 1 and (self.expect_key or self.reading == "id"):
                         self.token = bytearray()
                 elif char in b"{[":
-                    if self.depth == 1 and self.reading == "id":
-                        self.broken = True  # an id is a string or a number
-                    self.depth += 1
-                    self.expect_key = self.depth == 1 and char == 0x7B  # an object's first key
+                    if self.depth >= 1 or char == 0x5B:
+                        # undecided at a nested value (or the id is one, or a batch): the SDK's client writes
+                        # the id first, so whatever follows is not looked into
+                        self.broken = True
+                        return
+                    self.depth = 1
+                    self.expect_key = True  # the object's first key
                 elif char in b"}]":
-                    self.depth -= 1
+                    self.broken = True  # the message ended undecided
+                    return
                 elif char == 0x2C and self.depth == 1:  # a comma
                     self.expect_key = True
                 elif char == 0x3A and self.depth == 1 and self.key == "id" and not self.seen_id:  # a colon

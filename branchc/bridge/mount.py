@@ -12,6 +12,17 @@ runs a branchc tool by name and passes every other call to the server's own hand
 server without a `RequestStateBoundary` gets one (2026-07-28 rounds carry the run in a sealed
 `request_state`); `MCPServer` always has one, with a key of its process unless given
 `request_state_security=`: give it one when replicas serve alternate rounds.
+
+Served over streamable HTTP by the SDK's own app, wrap the app in `watch_clients`, so a handshake-era
+call whose client goes away (killed, or its connection dropped) ends at once (its finally blocks run)
+instead of waiting for the session's idle timeout, and an answer over the body limit fails its question:
+
+    import uvicorn
+    from branchc.bridge import watch_clients
+
+    uvicorn.run(watch_clients(mcp.streamable_http_app()), host="127.0.0.1", port=8000)
+
+(`mcp.run("streamable-http")` serves the app unwrapped; stdio needs nothing.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
+import anyio
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -20,12 +22,14 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
+from ..runtime.client import ElicitRequest, SampleRequest
 from ..runtime.driver import run_tool
-from ..runtime.errors import BranchcError, MissingCapabilityError, ParamsError
+from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityError, ParamsError
 from ..runtime.limits import Limits
+from ..runtime.messages import SampleResult
 from ..runtime.tool import Tool
 from .backchannel import BackchannelClient, client_capabilities
-from .connection import ends_with_connection
+from .connection import connection_gone, ends_with_connection
 from .guided import RESUME_TOOL, GuidedRuns, MemoryWaitingRuns, guided_output_schema, resume_tool
 from .loglevel import set_logging_level
 from .provider import ChatCompletionsProvider, SamplingMode
@@ -118,21 +122,41 @@ class Bridge:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await run_round(self, ctx, tool, model, params)
         try:
-            with ends_with_connection(ctx) as call:  # a client gone over HTTP ends the run (connection.py)
-                value = await run_tool(
-                    tool,
-                    model,
-                    BackchannelClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout),
-                    limits=self.limits,
-                    call_id=str(ctx.request_id),
-                )
+            value = await run_tool(
+                tool,
+                model,
+                _WatchedClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout),
+                limits=self.limits,
+                call_id=str(ctx.request_id),
+            )
         except MissingCapabilityError:  # the same words as the 2026-07-28 era's (rounds.missing_capability)
             return error_result(str(missing_capability(tool, tool.requires - self.offered(ctx))))
         except BranchcError as error:
+            if connection_gone(ctx):  # nobody reads this: the run was halted, its finally blocks ran
+                return error_result(f"{tool.name}: the client's connection closed; the run was cancelled")
             return error_result(describe_failure(error))
-        if call.cancelled_caught:  # nobody reads this: the run was halted, its finally blocks ran
-            return error_result(f"{tool.name}: the client's connection closed; the run was cancelled")
         return result_of(value)
+
+
+class _WatchedClient(BackchannelClient):
+    """A client gone over HTTP ends the run (connection.py), but only where the run waits on it: a sample or
+    an elicitation in flight (or asked after it went) ends with InputClosedError, so the driver halts the run
+    and its finally blocks run once. before() and after() are never cancelled by it (an after() committing
+    to a database finishes; its result is then read by nobody)."""
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        with ends_with_connection(self.ctx) as connection:
+            return await super().sample(request)
+        raise InputClosedError(self._gone(connection))
+
+    async def elicit(self, request: ElicitRequest) -> dict[str, Any]:
+        with ends_with_connection(self.ctx) as connection:
+            return await super().elicit(request)
+        raise InputClosedError(self._gone(connection))
+
+    def _gone(self, connection: anyio.CancelScope) -> str:
+        assert connection.cancelled_caught
+        return f"{self.tool}: the client's connection closed"
 
 
 EPHEMERAL_KEY_WARNING = (

@@ -35,6 +35,8 @@ __all__ = ["Event", "run_tool"]
 
 Event = dict[str, Any]
 
+CLEANUP_SEND_TIMEOUT = 5.0  # what a halted run's last logs may take to send, all together
+
 
 async def run_tool(
     tool: Tool,
@@ -113,7 +115,7 @@ class _Run:
         tool = self.tool
         self.emit("start", tool=tool.name, call_id=self.call_id, params=params.model_dump(mode="json"))
         if tool.before_fn is None:
-            handoff = params.model_dump(mode="json")
+            handoff = params.model_dump(mode="json", round_trip=True)  # JSON that validates back to params
         else:
             handoff = await self._server_phase("before", tool.before_fn, params)
             check_phase_data(handoff, "handoff", "before", tool.before_fn)
@@ -171,8 +173,7 @@ class _Run:
                             unsaved = error  # the run ends here, unsaved: halt it, its finally blocks run once
                             with anyio.CancelScope(shield=True):
                                 machine.halt_after(error)
-                                with contextlib.suppress(Exception):
-                                    await self._send_outbox(machine)
+                                await self._send_cleanup(machine)
                             break
                     pending = machine.pending
                     if len(pending) == 1 and not asked:  # the common case: one question, asked inline
@@ -193,23 +194,21 @@ class _Run:
                         unsaved = InputClosedError(f"input ended while answering {what}; the run was cancelled")
                         with anyio.CancelScope(shield=True):
                             machine.halt_after(unsaved)
-                            with contextlib.suppress(Exception):
-                                await self._send_outbox(machine)
+                            await self._send_cleanup(machine)
                         break
                     else:
                         machine.expire(key)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     machine.halt()
-                    await self._send_outbox(machine)
+                    await self._send_cleanup(machine)  # a failed send does not replace the cancellation
                 raise
             except Exception as error:
                 # the run ends unfinished (the client could not take a log, say): halt it now, so its
                 # finally blocks run once, at their yields, not when the collector closes its generators
                 with anyio.CancelScope(shield=True):
                     machine.halt_after(error)
-                    with contextlib.suppress(Exception):
-                        await self._send_outbox(machine)
+                    await self._send_cleanup(machine)
                 raise
             finally:
                 for scope in asked.values():
@@ -245,6 +244,13 @@ class _Run:
             if timer.cancelled_caught:
                 outcome = ("timeout", None)
             await send.send((request.key, *outcome))
+
+    async def _send_cleanup(self, machine: Machine) -> None:
+        """A halted run's last logs and notes: given CLEANUP_SEND_TIMEOUT seconds in all (not each: a client
+        that takes nothing must not hold the run's end for long), and what fails to send is dropped, so it
+        never replaces why the run ended. Called in a shielded scope."""
+        with anyio.move_on_after(CLEANUP_SEND_TIMEOUT), contextlib.suppress(Exception):
+            await self._send_outbox(machine)
 
     async def _send_outbox(self, machine: Machine) -> None:
         for item in machine.take_outbox():
