@@ -3,7 +3,10 @@
 1. Sampling round trips per second through `branchc serve` (a compiled tool that samples in a
    loop) against a hand-written handler on the bare SDK making the same calls; both over stdio
    in a subprocess, handshake era, with the same client answering at once.
-2. The 2026-07-28 era, as a tool's history grows (10, 100, 1,000 rounds): the size of
+2. The same over streamable HTTP on 127.0.0.1 (stateful, handshake era): `branchc serve --http`
+   (the SDK's app inside branchc's `ClientWatch` wrapper) against the same bare handler served by
+   the SDK's own `streamable_http_app()` under uvicorn; both subprocesses.
+3. The 2026-07-28 era, as a tool's history grows (10, 100, 1,000 rounds): the size of
    `request_state` and the server's time per round, against a replaying handler (the approach
    of the SDK's resolvers and of replay engines: the state records every answer so far, and
    each round runs the flow again from the start, feeding them back).
@@ -14,14 +17,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -93,17 +100,40 @@ BARE = textwrap.dedent(
     """
 )
 
+# The same handlers, served over streamable HTTP by the SDK's own app (stateful: the back channel
+# rides the session's stream), under uvicorn with the settings `branchc serve --http` uses.
+BARE_HTTP = BARE.replace("from mcp.server.stdio import stdio_server\n", "import sys\n\nimport uvicorn\n").replace(
+    """async def main():
+    server = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+""",
+    """async def main():
+    server = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()
+""",
+)
+assert "stdio" not in BARE_HTTP and "uvicorn.Server" in BARE_HTTP
+
 
 async def answer(ctx, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
     return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
 
 
-async def round_trips(command: list[str], n: int, repeat: int) -> float:
-    """Median sampling round trips per second of one tools/call making n samples."""
-    quiet = {**os.environ, "PYTHONWARNINGS": "ignore", "BRANCHC_STATE_KEY": "k" * 40}
-    params = StdioServerParameters(command=command[0], args=command[1:], env=quiet)
+QUIET = {"PYTHONWARNINGS": "ignore", "BRANCHC_STATE_KEY": "k" * 40}
+
+
+async def round_trips(command: list[str] | str, n: int, repeat: int) -> float:
+    """Median sampling round trips per second of one tools/call making n samples; `command` is a
+    server to start over stdio, or the URL of a streamable HTTP server already running."""
+    if isinstance(command, str):
+        target: StdioServerParameters | str = command
+    else:
+        target = StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **QUIET})
     rates = []
-    async with Client(params, mode="legacy", sampling_callback=answer) as client:
+    async with Client(target, mode="legacy", sampling_callback=answer) as client:
         await client.call_tool("loop", {"n": 2})  # warm up: imports, first compile of each path
         for _ in range(repeat):
             start = time.perf_counter()
@@ -124,6 +154,58 @@ def bench_round_trips(folder: Path, n: int, repeat: int) -> None:
         ours.append(anyio.run(round_trips, branchc, n, repeat))
     ours_rate, base_rate = statistics.median(ours), statistics.median(base)
     print(f"1. sampling round trips over stdio, handshake era ({n} samples per call)")
+    print(
+        f"   bare SDK handler {base_rate:7.0f}/s   branchc serve {ours_rate:7.0f}/s   "
+        f"overhead {base_rate / ours_rate:5.2f}x"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def http_server(command: list[str], port: int, log: Path) -> Iterator[str]:
+    """Runs `command` (a server listening on 127.0.0.1:port) until the block ends; yields its URL
+    once the port accepts connections (uvicorn binds only after the app's startup)."""
+    with log.open("wb") as errors:
+        process = subprocess.Popen(command, env={**os.environ, **QUIET}, stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command} exited with {process.returncode}:\n{log.read_text()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{command} did not listen on port {port} within 60 s:\n{log.read_text()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def bench_http_round_trips(folder: Path, n: int, repeat: int) -> None:
+    (folder / "bare_http_server.py").write_text(BARE_HTTP)
+    branchc = [sys.executable, "-m", "branchc", "serve", str(folder / "loop_tool.py"), "--http"]
+    bare = [sys.executable, str(folder / "bare_http_server.py")]
+    ours, base = [], []
+    for _ in range(3):  # alternate, so drift in the machine's speed hits both alike
+        port = free_port()
+        with http_server([*bare, str(port)], port, folder / "bare_http.log") as url:
+            base.append(anyio.run(round_trips, url, n, repeat))
+        port = free_port()
+        with http_server([*branchc, f"127.0.0.1:{port}"], port, folder / "branchc_http.log") as url:
+            ours.append(anyio.run(round_trips, url, n, repeat))
+    ours_rate, base_rate = statistics.median(ours), statistics.median(base)
+    print(f"2. sampling round trips over streamable HTTP on 127.0.0.1, handshake era ({n} samples per call)")
     print(
         f"   bare SDK handler {base_rate:7.0f}/s   branchc serve {ours_rate:7.0f}/s   "
         f"overhead {base_rate / ours_rate:5.2f}x"
@@ -189,7 +271,7 @@ def bench_rounds(folder: Path, sizes: list[int]) -> None:
     from branchc.bridge.server import create_server
 
     tools = load_served_tools(folder / "loop_tool.py")
-    print("2. 2026-07-28 rounds as the history grows (time per round: median of the last 10)")
+    print("3. 2026-07-28 rounds as the history grows (time per round: median of the last 10)")
     for n in sizes:
         ours_ms, ours_size = anyio.run(per_round, create_server(tools, state_key="k" * 40), n)
         base_ms, base_size = anyio.run(per_round, replaying_server(), n)
@@ -207,6 +289,7 @@ def main() -> None:
         folder = Path(name)
         os.environ["BRANCHC_CACHE"] = str(folder / "cache")  # the servers compile into it
         bench_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
+        bench_http_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
         bench_rounds(folder, [10, 100] if args.quick else [10, 100, 1000])
 
 
