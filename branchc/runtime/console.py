@@ -2,10 +2,24 @@
 
 Elicitations become a form built from the requested JSON Schema; every field is
 converted and validated as it is typed, and asked again until it is valid.
+
+The schema is the one the runtime hands over: the pydantic model's JSON Schema (`$defs` and
+`$ref`, `anyOf` with null for `X | None`, `default: null`). The bridge turns that into MCP's flat
+form (`branchc.bridge.elicitation.form_schema`); the runtime must not import the bridge, so this
+module reads both shapes itself. A choice is any of MCP's enum forms (SEP-1330): `enum` (with
+legacy `enumNames` titles), a `const`, or `oneOf` of `{"const", "title"}` for one value, and an
+array whose `items` are any of those (or `anyOf` of `{"const", "title"}`) for several. Choices are
+listed numbered, with their titles, and taken by number or by value (or, when it is unambiguous,
+by title, case-insensitively); several are comma-separated, within `minItems` / `maxItems`, and
+`-` is none of them. An empty answer takes the field's default (SEP-1034), or leaves an optional
+field out; a bad entry is asked again, saying what is wrong.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -21,6 +35,7 @@ __all__ = ["ConsoleClient", "InputClosedError"]
 
 _TRUE = {"y", "yes", "true", "1"}
 _FALSE = {"n", "no", "false", "0"}
+_NONE = "-"  # for a list of choices: none of them, over a default that is not empty
 
 
 class ConsoleClient:
@@ -76,39 +91,112 @@ class ConsoleClient:
         required = set(schema.get("required", ()))
         content: dict[str, Any] = {}
         for name, prop in schema.get("properties", {}).items():
-            value = self._field(name, _resolve(prop, schema), name in required, what)
+            value = self._field(name, prop, schema, name in required, what)
             if value is not _SKIP:
                 content[name] = value
         return {"action": "accept", "content": content}
 
-    def _field(self, name: str, prop: dict[str, Any], required: bool, what: str) -> Any:
-        kind = prop.get("type", "string")
-        hints = [str(kind)]
-        if "enum" in prop:
-            hints = ["one of " + ", ".join(map(str, prop["enum"]))]
-        for key, sign in (("minimum", "≥"), ("maximum", "≤"), ("minLength", "length ≥"), ("maxLength", "length ≤")):
-            if key in prop:
-                hints.append(f"{sign} {prop[key]}")
-        if "default" in prop:
-            hints.append(f"default {prop['default']!r}")
+    def _field(self, name: str, prop: dict[str, Any], root: dict[str, Any], required: bool, what: str) -> Any:
+        field = _read_field(prop, root)
+        if field.description:
+            self.console.print(f"  [dim]{escape(field.description)}[/]")
+        for number, option in enumerate(field.options or (), 1):
+            shown = escape(option.title)
+            if option.title != option.text:
+                shown += f" [dim]({escape(option.text)})[/]"
+            self.console.print(f"    [cyan]{number}.[/] {shown}")
+        hints = list(field.hints)
+        if field.default is not _SKIP:
+            hints.append(f"default {field.show(field.default)}")
         elif not required:
             hints.append("optional")
-        label = f"  {prop.get('title', name)} [dim]({', '.join(hints)})[/] >"
+        title = str(prop.get("title") or name.replace("_", " ").title())  # as pydantic titles a field
+        label = f"  {escape(title)} [dim]({escape(', '.join(hints))})[/] >"
         while True:
             raw = self._ask(label, what)
-            if raw == "" and not required:
-                return prop["default"] if "default" in prop else _SKIP
+            if raw == "" and (field.default is not _SKIP or not required):
+                return field.default
             try:
-                value = _convert(raw, kind)
-                jsonschema.validate(value, prop)
-            except (ValueError, jsonschema.ValidationError) as error:
-                message = error.message if isinstance(error, jsonschema.ValidationError) else str(error)
-                self.console.print(f"[red]  {escape(message)}; try again[/]")
-                continue
-            return value
+                return field.parse(raw)
+            except ValueError as error:
+                self.console.print(f"[red]  {escape(str(error))}; try again[/]")
 
 
 _SKIP = object()
+
+
+@dataclass(frozen=True)
+class _Option:
+    value: Any
+    title: str
+
+    @property
+    def text(self) -> str:
+        """The value as it is typed."""
+        return _text(self.value)
+
+
+@dataclass(frozen=True)
+class _Field:
+    description: str | None
+    hints: list[str]
+    default: Any  # _SKIP: none
+    parse: Callable[[str], Any]  # raises ValueError with what is wrong
+    show: Callable[[Any], str]  # a value as the hints show it
+    options: list[_Option] | None = None
+
+
+def _read_field(prop: dict[str, Any], root: dict[str, Any]) -> _Field:
+    """How to ask for one property of the requested schema."""
+    prop = _resolve(prop, root)
+    default = prop.get("default", _SKIP)
+    if default is None:  # `X | None = None`: leaving the field out gives None
+        default = _SKIP
+    description = prop.get("description")
+    kind = prop.get("type", "array" if "items" in prop else "string")
+    if kind == "array":
+        items = _resolve(prop.get("items", {}), root)
+        options = _options(items, root, const_titled=True)
+        if options is not None:
+            low, high = prop.get("minItems", 0), prop.get("maxItems")
+            hints = [f"{_span(options, 'any of ')} or values, comma-separated"]
+            if (count := _count(low, high)) is not None:
+                hints.append(count)
+            if low == 0 and isinstance(default, list) and default and not any(o.text == _NONE for o in options):
+                hints.append(f"{_NONE} for none")
+
+            def parse_many(raw: str) -> list[Any]:
+                return _pick_many(raw, options, low, high)
+
+            return _Field(description, hints, default, parse_many, lambda v: _show_many(v, options), options)
+        item_kind = items.get("type", "string")
+        checked = {**prop, **_defs(root)}
+
+        def parse_list(raw: str) -> list[Any]:
+            value = [_convert(part, item_kind) for part in _split(raw)]
+            _validate(value, checked)
+            return value
+
+        return _Field(description, [f"{item_kind}s, comma-separated"], default, parse_list, repr)
+    options = _options(prop, root, const_titled=False)
+    if options is not None:
+        hints = [f"{_span(options, 'one of ')} or a value"]
+        return _Field(
+            description, hints, default, lambda raw: _pick(raw, options), lambda v: _show(v, options), options
+        )
+    hints = [str(kind)]
+    for key, sign in (("minimum", "≥"), ("maximum", "≤"), ("minLength", "length ≥"), ("maxLength", "length ≤")):
+        if key in prop:
+            hints.append(f"{sign} {prop[key]}")
+    checked = {**prop, **_defs(root)}
+
+    def parse_one(raw: str) -> Any:
+        value = _convert(raw, kind)
+        _validate(value, checked)
+        return value
+
+    show_one: Callable[[Any], str] = (lambda v: "yes" if v else "no") if kind == "boolean" else repr
+    return _Field(description, hints, default, parse_one, show_one)
 
 
 def _resolve(prop: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
@@ -117,12 +205,120 @@ def _resolve(prop: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
         target: Any = root
         for part in prop["$ref"].removeprefix("#/").split("/"):
             target = target[part]
-        prop = {**target, **{k: v for k, v in prop.items() if k != "$ref"}}
+        prop = {**_resolve(target, root), **{k: v for k, v in prop.items() if k != "$ref"}}
     if "anyOf" in prop:
         arms = [arm for arm in prop["anyOf"] if arm.get("type") != "null"]
         if len(arms) == 1:
             prop = {**_resolve(arms[0], root), **{k: v for k, v in prop.items() if k != "anyOf"}}
     return prop
+
+
+def _options(schema: dict[str, Any], root: dict[str, Any], const_titled: bool) -> list[_Option] | None:
+    """The choices a schema offers, or None: `enum` (titled by `enumNames`), `const`, or `oneOf` /
+    `anyOf` whose every arm is a `const` (titled by its `title`). A lone `const` is one option, titled
+    by its `title` if `const_titled` (a list's items: a single `anyOf` option), else by its value (a
+    field: the title is the field's)."""
+    if "enum" in schema:
+        values = list(schema["enum"])
+        names = schema.get("enumNames")
+        if not (isinstance(names, list) and len(names) == len(values) and all(isinstance(n, str) for n in names)):
+            names = [_text(value) for value in values]
+        return [_Option(value, name) for value, name in zip(values, names, strict=True)] or None
+    if "const" in schema:
+        title = schema.get("title") if const_titled else None
+        return [_Option(schema["const"], str(title or _text(schema["const"])))]
+    for key in ("oneOf", "anyOf"):
+        arms = [_resolve(arm, root) for arm in schema.get(key, ()) if arm.get("type") != "null"]
+        if arms and all("const" in arm for arm in arms):
+            return [_Option(arm["const"], str(arm.get("title") or _text(arm["const"]))) for arm in arms]
+    return None
+
+
+def _pick(raw: str, options: list[_Option]) -> Any:
+    """The value of the option `raw` names: its value, its number, or (if only one has it) its title."""
+    for option in options:
+        if option.text == raw:
+            return option.value
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= len(options):
+        return options[int(raw) - 1].value
+    folded = raw.casefold()
+    named = [o for o in options if folded in (o.title.casefold(), o.text.casefold())]
+    if len(named) == 1:
+        return named[0].value
+    if raw == "":
+        raise ValueError(f"an answer is needed: type {_span(options)} or a value")
+    raise ValueError(f"{raw!r} is not one of the choices: type {_span(options)} or a value")
+
+
+def _pick_many(raw: str, options: list[_Option], low: int, high: int | None) -> list[Any]:
+    if any(option.text == raw for option in options):  # a value that holds a comma
+        parts = [raw]
+    elif raw == _NONE:
+        parts = []
+    else:
+        parts = _split(raw)
+    chosen: list[Any] = []
+    for part in parts:
+        value = _pick(part, options)
+        if value not in chosen:
+            chosen.append(value)
+    if len(chosen) < low:
+        raise ValueError(f"choose at least {low} (you chose {len(chosen)})")
+    if high is not None and len(chosen) > high:
+        raise ValueError(f"choose at most {high} (you chose {len(chosen)})")
+    return chosen
+
+
+def _split(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _count(low: int, high: int | None) -> str | None:
+    if high is None:
+        return f"choose at least {low}" if low else None
+    if low == high:
+        return f"choose exactly {low}"
+    return f"choose {low} to {high}" if low else f"choose at most {high}"
+
+
+def _number(value: Any, options: list[_Option]) -> int | None:
+    return next((number for number, option in enumerate(options, 1) if option.value == value), None)
+
+
+def _show(value: Any, options: list[_Option]) -> str:
+    number = _number(value, options)
+    return repr(value) if number is None else f"{number} ({options[number - 1].title})"
+
+
+def _show_many(value: Any, options: list[_Option]) -> str:
+    if not isinstance(value, list):
+        return repr(value)
+    if not value:
+        return "none"
+    numbers = [_number(item, options) for item in value]
+    if None in numbers:
+        return repr(value)
+    return ",".join(map(str, numbers)) + " (" + ", ".join(options[n - 1].title for n in numbers if n) + ")"
+
+
+def _span(options: list[_Option], prefix: str = "") -> str:
+    return "1" if len(options) == 1 else f"{prefix}1-{len(options)}"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _defs(root: dict[str, Any]) -> dict[str, Any]:
+    """The root's definitions, so a `$ref` left in a field's schema still resolves when it is validated."""
+    return {key: root[key] for key in ("$defs", "definitions") if key in root}
+
+
+def _validate(value: Any, schema: dict[str, Any]) -> None:
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as error:
+        raise ValueError(error.message) from None
 
 
 def _convert(raw: str, kind: str) -> Any:
