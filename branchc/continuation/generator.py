@@ -16,6 +16,7 @@ import linecache
 import sys
 import threading
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,8 +330,19 @@ def _attributes(value: Any) -> dict:
 _MEMBER = type(BaseException.__dict__["__suppress_context__"])
 
 
-def _slots(cls: type) -> list[Any]:
-    """The __slots__ members of a class and its bases (their descriptors)."""
+def _slots(cls: type) -> tuple[Any, ...]:
+    """The __slots__ members of a class and its bases (their descriptors); a class's slots are fixed
+    when it is made, so they are read once per class."""
+    found = _SLOTS.get(cls)
+    if found is None:
+        found = _SLOTS[cls] = _read_slots(cls)
+    return found
+
+
+_SLOTS: weakref.WeakKeyDictionary[type, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _read_slots(cls: type) -> tuple[Any, ...]:
     members = []
     for klass in cls.__mro__:
         names = klass.__dict__.get("__slots__", ())
@@ -338,7 +350,7 @@ def _slots(cls: type) -> list[Any]:
             member = klass.__dict__.get(name)
             if type(member) is _MEMBER:
                 members.append(member)
-    return members
+    return tuple(members)
 
 
 # -- helpers the compiled code calls ----------------------------------------------------------
