@@ -1,0 +1,124 @@
+"""`open_store(url)`: a continuation store from the URL `branchc serve --store` and `branchc runs` take.
+
+    sqlite:///runs.db              a file, relative to the working folder
+    sqlite:////var/lib/branchc.db  an absolute path (four slashes)
+    sqlite:///:memory:             this process only (tests)
+    redis://127.0.0.1:6379/0       Redis (rediss:// for TLS; redis://:PASSWORD@HOST:PORT/DB)
+    none                           no store: runs live in request_state or in memory
+
+Options go in the query: sqlite `?timeout=SECONDS` (busy timeout, 5) and `&synchronous=normal|full`;
+redis `?prefix=branchc:` (key prefix) and `&timeout=SECONDS` (5).
+"""
+
+from __future__ import annotations
+
+import math
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from .base import RunStore, StoreURLError
+
+__all__ = ["open_store"]
+
+FORMS = "sqlite:///PATH.db, sqlite:///:memory:, redis://HOST:PORT/DB or none"
+
+
+def _bad(url: str, part: str, fix: str) -> StoreURLError:
+    return StoreURLError(f"store URL {url!r}: {part}; {fix} (a store URL is one of {FORMS})")
+
+
+def _options(url: str, query: str, allowed: dict[str, str]) -> dict[str, str]:
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise _bad(url, f"the query {query!r} is not NAME=VALUE pairs", "write ?name=value&name=value") from None
+    options: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in allowed:
+            known = ", ".join(f"{k} ({v})" for k, v in allowed.items())
+            raise _bad(url, f"the option {name!r} is unknown", f"use {known}")
+        if name in options:
+            raise _bad(url, f"the option {name!r} is given twice", "give it once")
+        options[name] = value
+    return options
+
+
+def _seconds(url: str, name: str, value: str | None, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise _bad(url, f"{name}={value!r} is not a number of seconds >= 0", f"write e.g. {name}=5")
+    return seconds
+
+
+def open_store(url: str) -> RunStore | None:
+    """The store `url` names (None for "none"); StoreURLError naming the part that is wrong and the fix."""
+    if not isinstance(url, str) or not url.strip():
+        raise _bad(str(url), "it is empty", "name a store")
+    text = url.strip()
+    if text.lower() == "none":
+        return None
+    scheme, sep, _ = text.partition("://")
+    if not sep:
+        raise _bad(url, "it has no scheme", "start it with sqlite:/// or redis://, or write none")
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        return _sqlite(url, text)
+    if scheme in ("redis", "rediss"):
+        return _redis(url, text)
+    if scheme in ("postgres", "postgresql", "mysql", "file"):
+        raise _bad(url, f"the scheme {scheme!r} is not a store branchc has", "use sqlite:/// for a file")
+    raise _bad(url, f"the scheme {scheme!r} is unknown", "use sqlite or redis")
+
+
+def _sqlite(url: str, text: str) -> RunStore:
+    from .sqlite import SYNCHRONOUS, SQLiteStore
+
+    rest = text[len("sqlite://") :]
+    path, _, query = rest.partition("?")
+    if not path.startswith("/"):
+        raise _bad(
+            url,
+            f"the host part {path.split('/')[0]!r} has no meaning for SQLite",
+            "write sqlite:///relative/path.db (three slashes) or sqlite:////absolute/path.db",
+        )
+    path = path[1:]
+    if not path:
+        raise _bad(url, "it names no file", "write sqlite:///runs.db, or sqlite:///:memory: for this process only")
+    options = _options(
+        url, query, {"timeout": "busy timeout in seconds, 5", "synchronous": f"one of {', '.join(SYNCHRONOUS)}"}
+    )
+    synchronous = options.get("synchronous", "normal").lower()
+    if synchronous not in SYNCHRONOUS:
+        raise _bad(url, f"synchronous={synchronous!r} is not a mode", f"use one of {', '.join(SYNCHRONOUS)}")
+    timeout = _seconds(url, "timeout", options.get("timeout"), 5.0)
+    return SQLiteStore(path, timeout=timeout, synchronous=synchronous)
+
+
+def _redis(url: str, text: str) -> RunStore:
+    try:
+        from .redis import RedisStore
+    except ImportError:  # pragma: no cover - redis is a dependency
+        raise _bad(url, "the redis package is not installed", "pip install redis") from None
+    parts = urlsplit(text)
+    if not parts.hostname:
+        raise _bad(url, "it names no host", "write redis://HOST:PORT/DB, e.g. redis://127.0.0.1:6379/0")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        raise _bad(url, f"the port in {parts.netloc!r} is not a number", "write redis://HOST:6379/0") from None
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise _bad(url, f"the database {db!r} is not a number", "write the database index, e.g. /0")
+    options = _options(url, parts.query, {"prefix": "key prefix, branchc:", "timeout": "seconds, 5"})
+    prefix = options.get("prefix", "branchc:")
+    if not prefix:
+        raise _bad(url, "prefix= is empty", "give a key prefix such as branchc: or leave the option out")
+    timeout = _seconds(url, "timeout", options.get("timeout"), 5.0)
+    if timeout == 0:
+        raise _bad(url, "timeout=0 would fail every call", "give seconds > 0")
+    plain = urlunsplit((parts.scheme, parts.netloc, parts.path or "/0", "", ""))
+    return RedisStore(plain, prefix=prefix, timeout=timeout)

@@ -1,0 +1,512 @@
+"""The continuation store (branchc.stores): one contract over a real SQLite file and a real redis-server,
+then what each backend adds (WAL and locks; TTLs, prefixes, a server stopped and started again)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
+
+from branchc.bridge.guided import GuidedFullError, GuidedRunTooLargeError, WaitingRun
+from branchc.bridge.waiting import StoreWaitingRuns
+from branchc.stores import (
+    RunExistsError,
+    RunMeta,
+    RunNotFoundError,
+    RunRecord,
+    StaleRunError,
+    StoreDataError,
+    StoreUnavailableError,
+    StoreURLError,
+    Usage,
+    WaitPoint,
+    open_store,
+)
+from branchc.stores.redis import RedisStore
+from branchc.stores.sqlite import SQLiteStore
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason=SKIP_REASON)
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    if REDIS_SERVER is None:
+        pytest.skip(SKIP_REASON)
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "runs.db")
+    else:
+        server = request.getfixturevalue("redis_server")
+        made = RedisStore(server.url, prefix=f"t{time.monotonic_ns()}:")
+    yield made
+    made.close()
+
+
+def url_of(store) -> str:
+    return store.url if isinstance(store, SQLiteStore) else f"{store.url}?prefix={store.prefix}"
+
+
+def corrupt(store, run_id: str, name: str, value) -> None:
+    """Edit a stored field by hand, below the store's API."""
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(f"UPDATE runs SET {name} = ? WHERE run_id = ?", (value, run_id))
+    else:
+        store.client.hset(f"{store.prefix}run:{run_id}", name, value)
+
+
+META = RunMeta(
+    era="2026-07-28",
+    run_format=1,
+    code_hash="c0ffee",
+    waits=(WaitPoint("0", "pick_card.client", 14, "tools/pick_card.py"), WaitPoint("0.1", "analyze", 31)),
+    pending=({"key": "sample-1", "kind": "sample", "summary": "Analyze these cards"},),
+    answers_digest="ab12",
+    response={"content": [{"type": "text", "text": "ok"}], "isError": False},
+    extra={"tries": 1},
+)
+
+
+def saved_text(size: int, tag: str = "x") -> str:
+    """A run text of about `size` bytes, non-ASCII included."""
+    body = ("é" + tag * 9) * (size // 11)
+    return json.dumps({"branchc_run": 1, "graph": {"history": body}}, ensure_ascii=False)
+
+
+# the shared contract
+
+
+def test_a_record_round_trips_with_every_field(store):
+    record = RunRecord.new("pick_card", saved_text(5000), ttl=60, meta=META)
+    assert record.version == 1 and record.created == record.updated and len(record.run_id) >= 24
+    assert store.create(record) == record
+    assert store.load(record.run_id) == record
+    assert store.load("no-such-run") is None
+    with pytest.raises(RunExistsError, match=record.run_id):
+        store.create(record)
+
+
+def test_a_checkpoint_is_a_compare_and_swap_on_the_version(store):
+    record = store.create(RunRecord.new("t", "one", ttl=60))
+    moved = store.checkpoint(record.run_id, 1, status="running", saved="two", meta=META)
+    assert (moved.version, moved.status, moved.saved, moved.meta) == (2, "running", "two", META)
+    assert moved.created == record.created and moved.updated >= record.updated and moved.tool == "t"
+    assert store.load(record.run_id) == moved
+    with pytest.raises(StaleRunError, match="expected version 1, the store has 2") as caught:
+        store.checkpoint(record.run_id, 1, saved="lost update")
+    assert (caught.value.expected, caught.value.actual) == (1, 2)
+    assert store.load(record.run_id) == moved  # the stale write changed nothing
+    later = store.checkpoint(record.run_id, 2, expires=record.expires + 100)
+    assert later.saved == "two" and later.meta == META and later.expires == record.expires + 100
+    with pytest.raises(RunNotFoundError, match="no run 'gone'"):
+        store.checkpoint("gone", 1, status="done")
+    with pytest.raises(TypeError, match=r"not \['tool'\]"):
+        store.checkpoint(record.run_id, 3, tool="other")
+    with pytest.raises(ValueError, match="not 'paused'"):
+        store.checkpoint(record.run_id, 3, status="paused")
+    with pytest.raises(TypeError, match="must be JSON data"):
+        store.checkpoint(record.run_id, 3, meta=RunMeta(response={1, 2}))
+    assert store.load(record.run_id).version == 3
+
+
+def test_delete_and_a_delete_at_a_version(store):
+    record = store.create(RunRecord.new("t", "x", ttl=60))
+    with pytest.raises(StaleRunError):
+        store.delete(record.run_id, expected_version=5)
+    assert store.delete(record.run_id, expected_version=1) is True
+    assert store.delete(record.run_id) is False and store.load(record.run_id) is None
+
+
+def test_list_newest_first_by_status_and_tool(store):
+    made = []
+    for index in range(5):
+        made.append(store.create(RunRecord.new("a" if index % 2 else "b", f"s{index}", ttl=60)))
+        time.sleep(0.002)
+    store.checkpoint(made[0].run_id, 1, status="done")  # now the newest
+    assert [r.run_id for r in store.list()] == [made[i].run_id for i in (0, 4, 3, 2, 1)]
+    assert [r.run_id for r in store.list(limit=2)] == [made[0].run_id, made[4].run_id]
+    assert [r.run_id for r in store.list(tool="a")] == [made[3].run_id, made[1].run_id]
+    assert [r.run_id for r in store.list(status="done")] == [made[0].run_id]
+    assert [r.run_id for r in store.list(status="waiting", tool="b", limit=1)] == [made[4].run_id]
+
+
+def test_runs_expire_for_every_reader_and_gc_removes_them(store):
+    short = store.create(RunRecord.new("t", "short", ttl=0.3))
+    long = store.create(RunRecord.new("t", "long-lived", ttl=60))
+    assert store.usage() == Usage(2, 15)
+    time.sleep(0.4)
+    assert store.load(short.run_id) is None
+    assert [r.run_id for r in store.list()] == [long.run_id]
+    with pytest.raises(RunNotFoundError):
+        store.checkpoint(short.run_id, 1, status="done")
+    assert store.gc() == 1 and store.gc() == 0
+    assert store.usage() == Usage(1, 10)
+    expired = store.create(RunRecord.new("t", "x" * 7, ttl=0.1))
+    time.sleep(0.2)
+    assert store.usage() == Usage(1, 10)  # gone for usage before any gc
+    store.gc()
+    assert store.load(expired.run_id) is None
+    assert store.gc(now=time.time() + 120) == 1 and store.usage() == Usage(0, 0)
+    again = store.create(RunRecord.new("t", "same id again", ttl=60, run_id=short.run_id))
+    assert store.load(short.run_id) == again
+
+
+def test_usage_counts_runs_and_saved_bytes_by_status(store):
+    a = store.create(RunRecord.new("t", "ééé", ttl=60))  # 6 bytes
+    b = store.create(RunRecord.new("t", "1234", ttl=60))
+    assert store.usage("waiting") == Usage(2, 10) and store.usage("running") == Usage(0, 0)
+    store.checkpoint(a.run_id, 1, status="running", saved="12345678")
+    assert store.usage("waiting") == Usage(1, 4) and store.usage("running") == Usage(1, 8)
+    assert store.usage("waiting", "running") == store.usage() == Usage(2, 12)
+    store.delete(b.run_id)
+    assert store.usage() == Usage(1, 8)
+
+
+DAMAGE = [
+    ("meta", "{not json", "meta", "is not JSON"),
+    ("meta", json.dumps({"era": 1}), "meta", "other keys"),
+    ("meta", META.to_json().replace('"line":14', '"line":"14"'), "meta.waits[0].line", "not an integer"),
+    ("meta", META.to_json().replace('"era":"2026-07-28"', '"era":null'), "meta.era", "not a string"),
+    ("saved", "TRUNCATE", "saved", "truncated or edited"),
+    ("saved", "EDIT", "saved", "does not match its digest"),
+    ("version", "two", "version", "not an integer"),
+    ("status", "paused", "status", "not one of waiting"),
+    ("fmt", 99, "fmt", "says record format 99, and this branchc reads format 1"),
+    ("expires", "soon", "expires", "not a time"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "field", "problem"), DAMAGE, ids=[f"{d[2]}:{d[3]}" for d in DAMAGE])
+def test_a_damaged_record_is_a_clear_error_naming_the_run_and_the_field(store, name, value, field, problem):
+    record = store.create(RunRecord.new("t", saved_text(2000), ttl=60, meta=META))
+    if value == "TRUNCATE":
+        value = record.saved[:-7]
+    elif value == "EDIT":
+        value = record.saved.replace("x", "y", 1)
+    corrupt(store, record.run_id, name, value)
+    for read in (lambda: store.load(record.run_id), store.list):
+        with pytest.raises(StoreDataError, match=problem) as caught:
+            read()
+        assert caught.value.run_id == record.run_id and caught.value.field == field
+        assert f"stored run {record.run_id!r} is damaged: its field {field!r}" in str(caught.value)
+
+
+def test_threads_sharing_a_store_never_lose_an_update(store):
+    record = store.create(RunRecord.new("t", "[]", ttl=60))
+    wins: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(tag: int) -> None:
+        try:
+            done = 0
+            while done < 30:
+                current = store.load(record.run_id)
+                try:
+                    moved = store.checkpoint(
+                        record.run_id, current.version, saved=json.dumps([*json.loads(current.saved), [tag, done]])
+                    )
+                except StaleRunError:
+                    continue
+                wins.append(moved.version)
+                done += 1
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(tag,)) for tag in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    final = store.load(record.run_id)
+    assert sorted(wins) == list(range(2, 122)) and final.version == 121
+    entries = json.loads(final.saved)
+    assert all([e[1] for e in entries if e[0] == tag] == list(range(30)) for tag in range(4))
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from branchc.stores import StaleRunError, open_store
+    url, run_id, tag, rounds, go = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+    store = open_store(url)
+    store.load(run_id)
+    open(go + "." + tag, "w").close()  # ready: the store is open
+    while not os.path.exists(go):
+        pass
+    wins, conflicts, done = [], 0, 0
+    while done < rounds:
+        current = store.load(run_id)
+        entries = json.loads(current.saved)
+        entries.append([tag, done])
+        try:
+            moved = store.checkpoint(run_id, current.version, saved=json.dumps(entries))
+        except StaleRunError:
+            conflicts += 1
+            continue
+        wins.append(moved.version)
+        done += 1
+    print(json.dumps({"wins": wins, "conflicts": conflicts}))
+    """
+)
+
+
+def test_two_processes_doing_cas_on_one_run_exactly_one_wins_each_version(store, tmp_path):
+    rounds = 400
+    record = store.create(RunRecord.new("t", "[]", ttl=120))
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, url_of(store), record.run_id, tag, str(rounds), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for tag in ("a", "b")
+    ]
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{go}.{tag}").exists() for tag in "ab") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()  # both start at once
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    wins = results[0]["wins"] + results[1]["wins"]
+    assert sorted(wins) == list(range(2, 2 * rounds + 2))  # each version was won by exactly one process
+    final = store.load(record.run_id)
+    assert final.version == 2 * rounds + 1
+    entries = json.loads(final.saved)
+    for tag in ("a", "b"):
+        assert [e[1] for e in entries if e[0] == tag] == list(range(rounds))  # no lost update
+    assert results[0]["conflicts"] + results[1]["conflicts"] > 0  # they really raced
+
+
+# guided mode's waiting runs in a store
+
+
+def waiting(size: int, expires: float | None = None) -> WaitingRun:
+    return WaitingRun("t", json.dumps("x" * (size - 2)), time.time() + 60 if expires is None else expires)
+
+
+def test_waiting_runs_in_a_store_cap_count_and_bytes_like_memory(store):
+    runs = StoreWaitingRuns(store, max_runs=3, max_bytes=1000)
+    a = runs.keep(waiting(400), new=True)
+    runs.keep(waiting(400), new=True)
+    with pytest.raises(GuidedFullError, match="hold 800 bytes and this one needs 400 more"):
+        runs.keep(waiting(400), new=True)
+    assert len(runs) == 2 and runs.bytes == 800
+    taken = runs.take(a)
+    assert taken is not None and taken.size == 400 and runs.take(a) is None
+    assert len(runs) == 1 and runs.reserved == 1 and runs.bytes == 800  # taken, it keeps its place
+    runs.put_back(a, taken)
+    assert len(runs) == 2 and runs.reserved == 0 and runs.bytes == 800
+    assert runs.take(a) == taken
+    c = runs.keep(waiting(500), new=False, taken=a)  # a continuing run takes its own place over, under a new id
+    assert c != a and runs.take(a) is None
+    assert len(runs) == 2 and runs.reserved == 0 and runs.bytes == 900
+    with pytest.raises(GuidedFullError):
+        runs.admit(200)
+    assert runs.take(c) is not None
+    with pytest.raises(GuidedFullError, match="grew to 700 bytes and the other waiting runs hold 400"):
+        runs.keep(waiting(700), new=False, taken=c)
+    assert len(runs) == 1 and runs.reserved == 0 and runs.bytes == 400
+    with pytest.raises(GuidedRunTooLargeError, match="past the most one waiting guided run may hold"):
+        StoreWaitingRuns(store, max_bytes=1000, max_run_bytes=300).keep(waiting(301), new=True)
+    small = StoreWaitingRuns(store, max_runs=2)
+    small.keep(waiting(10, expires=time.time() + 0.2), new=True)
+    with pytest.raises(GuidedFullError, match="2 runs wait for answers"):  # the 400-byte one and this one
+        small.admit()
+    time.sleep(0.3)
+    small.admit()  # the expired run was swept to make room
+    assert len(small) == 1
+
+
+def test_a_waiting_run_is_taken_by_exactly_one_of_two_stores_on_the_same_data(store):
+    other = open_store(url_of(store))
+    try:
+        mine, theirs = StoreWaitingRuns(store), StoreWaitingRuns(other)
+        idents = [mine.keep(waiting(50), new=True) for _ in range(20)]
+        got: list[tuple[str, str]] = []
+        barrier = threading.Barrier(2)
+
+        def race(name: str, runs: StoreWaitingRuns) -> None:
+            barrier.wait()
+            for ident in idents:
+                if runs.take(ident) is not None:
+                    got.append((name, ident))
+
+        threads = [threading.Thread(target=race, args=pair) for pair in (("a", mine), ("b", theirs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(ident for _, ident in got) == sorted(idents)  # every run taken once, none twice
+    finally:
+        other.close()
+
+
+# SQLite
+
+
+def test_sqlite_is_one_wal_file_with_a_schema_version(tmp_path):
+    store = SQLiteStore(tmp_path / "runs.db")
+    store.create(RunRecord.new("t", "x", ttl=60))
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT name, version FROM branchc_schema").fetchall() == [("runs", 1)]
+        conn.execute("UPDATE branchc_schema SET version = 2")
+    store.close()
+    with pytest.raises(StoreDataError, match="has schema version 2, and this branchc knows version 1"):
+        SQLiteStore(tmp_path / "runs.db")
+    (tmp_path / "junk.db").write_bytes(b"not a database at all, " * 100)
+    with pytest.raises(StoreDataError, match="is not a branchc SQLite store"):
+        SQLiteStore(tmp_path / "junk.db")
+    with pytest.raises(StoreUnavailableError, match=r"its folder .* does not exist"):
+        SQLiteStore(tmp_path / "missing" / "runs.db")
+
+
+def test_sqlite_locked_past_its_busy_timeout_is_a_clear_error(tmp_path):
+    store = SQLiteStore(tmp_path / "runs.db", timeout=0.2)
+    record = store.create(RunRecord.new("t", "x", ttl=60))
+    holder = sqlite3.connect(tmp_path / "runs.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match=r"locked .* busy timeout \(0.2 s\) while checkpointing"):
+            store.checkpoint(record.run_id, 1, status="done")
+        assert time.monotonic() - started >= 0.2
+        assert store.load(record.run_id) == record  # WAL: readers go on
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.checkpoint(record.run_id, 1, status="done").version == 2
+    store.close()
+
+
+def test_sqlite_keeps_a_checkpoint_of_a_process_killed_right_after(tmp_path):
+    path = tmp_path / "runs.db"
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from branchc.stores import RunRecord, open_store
+        store = open_store("sqlite:///{path}")
+        record = store.create(RunRecord.new("t", "first", ttl=60, run_id="r1"))
+        store.checkpoint("r1", 1, saved="second", status="running")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    record = SQLiteStore(path).load("r1")
+    assert (record.version, record.saved, record.status) == (2, "second", "running")
+
+
+# Redis
+
+
+@needs_redis
+def test_redis_expires_keys_itself_and_prefixes_keep_stores_apart(redis_server):
+    one = RedisStore(redis_server.url, prefix="one:")
+    two = RedisStore(redis_server.url, prefix="two:")
+    record = one.create(RunRecord.new("t", "x", ttl=30))
+    ttl_ms = one.client.pttl(f"one:run:{record.run_id}")
+    assert 29_000 < ttl_ms <= 30_000
+    assert two.load(record.run_id) is None and two.list() == [] and two.usage() == Usage(0, 0)
+    one.checkpoint(record.run_id, 1, expires=record.expires + 60)
+    assert 89_000 < one.client.pttl(f"one:run:{record.run_id}") <= 90_000
+    one.client.hset(f"one:run:{record.run_id}", "saved", b"\xff\xfe")
+    with pytest.raises(StoreDataError, match="'saved' is not UTF-8 text"):
+        one.load(record.run_id)
+    one.close()
+    two.close()
+
+
+@needs_redis
+def test_redis_stopped_mid_use_is_a_clear_error_and_works_again_after_a_restart(tmp_path):
+    server = RedisServer(tmp_path / "redis", durable=True).start()
+    try:
+        store = open_store(f"{server.url}?prefix=r:&timeout=2")
+        record = store.create(RunRecord.new("t", saved_text(5000), ttl=60, meta=META))
+        moved = store.checkpoint(record.run_id, 1, status="running")
+        server.stop()
+        started = time.monotonic()
+        for call in (
+            lambda: store.load(record.run_id),
+            lambda: store.checkpoint(record.run_id, 2, status="waiting"),
+            lambda: store.create(RunRecord.new("t", "x", ttl=60)),
+            store.usage,
+        ):
+            with pytest.raises(StoreUnavailableError, match=r"Redis store at 127.0.0.1:\d+/0 cannot be reached"):
+                call()
+        assert time.monotonic() - started < 10  # fails fast, not after long retries
+        server.start()
+        assert store.load(record.run_id) == moved  # same client: it reconnects by itself
+        assert store.checkpoint(record.run_id, 2, status="waiting").version == 3
+        assert store.usage("waiting") == Usage(1, record.size)
+        store.close()
+    finally:
+        server.stop()
+
+
+# URLs
+
+
+def test_open_store_by_url(tmp_path, monkeypatch, redis_server):
+    monkeypatch.chdir(tmp_path)
+    assert open_store("none") is None and open_store(" NONE ") is None
+    relative = open_store("sqlite:///runs.db?timeout=1.5&synchronous=full")
+    assert isinstance(relative, SQLiteStore) and (tmp_path / "runs.db").exists()
+    assert (relative.timeout, relative.synchronous) == (1.5, "full")
+    absolute = open_store(f"sqlite:///{tmp_path}/abs.db")
+    assert absolute.path == f"{tmp_path}/abs.db"
+    memory = open_store("sqlite:///:memory:")
+    memory.create(RunRecord.new("t", "x", ttl=60, run_id="m"))
+    assert memory.load("m").saved == "x"
+    remote = open_store(f"{redis_server.url}?prefix=app:")
+    assert isinstance(remote, RedisStore) and remote.prefix == "app:" and remote.usage() == Usage(0, 0)
+    for store in (relative, absolute, memory, remote):
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("", "it is empty"),
+        ("runs.db", "it has no scheme; start it with sqlite:/// or redis://"),
+        ("mongodb://x", "the scheme 'mongodb' is unknown"),
+        ("postgres://h/db", "the scheme 'postgres' is not a store branchc has"),
+        ("sqlite://runs.db", "the host part 'runs.db' has no meaning for SQLite; write sqlite:///relative"),
+        ("sqlite:///", "it names no file"),
+        ("sqlite:///r.db?busy=3", "the option 'busy' is unknown; use timeout"),
+        ("sqlite:///r.db?timeout=soon", "timeout='soon' is not a number of seconds"),
+        ("sqlite:///r.db?synchronous=fast", "synchronous='fast' is not a mode"),
+        ("redis://", "it names no host"),
+        ("redis://127.0.0.1:port/0", "the port in '127.0.0.1:port' is not a number"),
+        ("redis://127.0.0.1:6379/zero", "the database 'zero' is not a number"),
+        ("redis://127.0.0.1:6379/0?prefix=", "prefix= is empty"),
+        ("redis://127.0.0.1:6379/0?timeout=0", "timeout=0 would fail every call"),
+    ],
+)
+def test_a_bad_store_url_names_the_part_and_the_fix(url, message):
+    with pytest.raises(StoreURLError, match="a store URL is one of") as caught:
+        open_store(url)
+    assert message in str(caught.value)
