@@ -7,7 +7,8 @@
    (the SDK's app inside branchc's `ClientWatch` wrapper) against the same bare handler served by
    the SDK's own `streamable_http_app()` under uvicorn; both subprocesses.
 3. The 2026-07-28 era, as a tool's history grows (10, 100, 1,000 rounds): the size of
-   `request_state` and the server's time per round, against a replaying handler (the approach
+   `request_state` as the client gets it (the run text, format 2, packed by runstate.pack_run,
+   then sealed by the SDK) and the server's time per round, against a replaying handler (the approach
    of the SDK's resolvers and of replay engines: the state records every answer so far, and
    each round runs the flow again from the start, feeding them back).
 

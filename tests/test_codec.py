@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 import codec_fixtures as fx
 import pytest
+from _codec_tables import tabled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -634,7 +635,7 @@ BAD = [
     (
         {"roots": {"a": ["m", f"{FX}:Card", {"rank": "A", "suit": "s"}, [1]]}, "objects": []},
         "roots['a'][3]",
-        "expected field names",
+        "expected an index into the 1 shapes, got [1]",
     ),
     (
         {"roots": {"a": ["m", f"{FX}:Card", {"rank": "A", "suit": "s"}, [], {"x": 1}, None]}, "objects": []},
@@ -671,7 +672,7 @@ BAD = [
 def test_bad_data_names_the_place(data: Any, path: str, message: str) -> None:
     modules = set(sys.modules)
     with pytest.raises(SnapshotDataError) as caught:
-        decode(data, classes=from_modules(ALLOWED | {"tests_never_imported"}))
+        decode(tabled(data), classes=from_modules(ALLOWED | {"tests_never_imported"}))
     assert caught.value.path == path, str(caught.value)
     assert message in caught.value.problem
     assert str(caught.value) == f"{path}: {caught.value.problem}"
@@ -681,7 +682,7 @@ def test_bad_data_names_the_place(data: Any, path: str, message: str) -> None:
 
 def test_allowed_modules_are_imported_on_demand_and_others_never() -> None:
     assert "json.tool" not in sys.modules
-    data = {"roots": {"a": ["e", "json.tool:X", "A"]}, "objects": []}
+    data = tabled({"roots": {"a": ["e", "json.tool:X", "A"]}, "objects": []})
     with pytest.raises(SnapshotDataError, match=r"'json\.tool' is not among the allowed modules"):
         decode(data, classes=from_modules(ALLOWED))
     assert "json.tool" not in sys.modules
@@ -690,7 +691,7 @@ def test_allowed_modules_are_imported_on_demand_and_others_never() -> None:
     assert "json.tool" in sys.modules  # it was allowed, so it could be imported
     with pytest.raises(SnapshotDataError, match="cannot import no_such_module_here"):
         decode(
-            {"roots": {"a": ["e", "no_such_module_here:X", "A"]}, "objects": []},
+            tabled({"roots": {"a": ["e", "no_such_module_here:X", "A"]}, "objects": []}),
             classes=from_modules({"no_such_module_here"}),
         )
 
@@ -767,9 +768,20 @@ def _decode_only_raises_snapshot_errors(data: Any, allowed: frozenset[str] = ALL
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(roots=st.dictionaries(st.text(max_size=3), json_values, max_size=3), objects=st.lists(json_values, max_size=6))
-def test_fuzz_random_json(roots: dict, objects: list) -> None:
-    _decode_only_raises_snapshot_errors({"roots": roots, "objects": objects})
+@given(
+    roots=st.dictionaries(st.text(max_size=3), json_values, max_size=3),
+    objects=st.lists(json_values, max_size=6),
+    tables=st.fixed_dictionaries(
+        {},
+        optional={
+            "classes": st.lists(st.sampled_from(CLASS_NAMES) | scalars, max_size=4) | scalars,
+            "shapes": st.lists(st.lists(st.sampled_from(["rank", "suit", "x"]) | scalars, max_size=3) | scalars)
+            | scalars,
+        },
+    ),
+)
+def test_fuzz_random_json(roots: dict, objects: list, tables: dict) -> None:
+    _decode_only_raises_snapshot_errors({**tables, "roots": roots, "objects": objects})
 
 
 @settings(max_examples=100, deadline=None)

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from _codec_tables import tabled
 from differential import load
 
 from branchc import release, resume, snapshot
@@ -175,6 +176,7 @@ def _vars(data: dict) -> dict:
 
 
 def _refused(data: dict, program: Any, *messages: str) -> str:
+    tabled(data["graph"])  # what a test planted is written readably: its classes and field names go to the tables
     with pytest.raises((SnapshotDataError, SnapshotError)) as refused:
         resume(data)
     for message in messages:

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _codec_tables import tabled
 
 from branchc import snapshot
 from branchc.splitter.build import build
@@ -171,6 +172,7 @@ def _crafted(data: dict, change) -> dict:
     crafted = json.loads(json.dumps(data))
     entry = crafted["graph"]["roots"]["gen"][1]
     change(entry)
+    tabled(crafted["graph"])  # what was planted written readably: its classes and field names go to the tables
     return crafted
 
 
@@ -276,6 +278,7 @@ def test_a_planted_base_exception_is_refused(built: Path, planted: str) -> None:
     # plant the exception as what the resumed yield receives: a variable the code keeps is the only way in
     crafted = json.loads(json.dumps(data))
     crafted["graph"]["roots"]["gen"][1]["vars"]["got"] = ["x", f"builtins:{planted}", [], {}, None, None, False, {}]
+    tabled(crafted["graph"])
     result = _run(RESUME, built, crafted)
     assert "REFUSED" in result.stdout, result.stdout
     assert "RETURN" not in result.stdout

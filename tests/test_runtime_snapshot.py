@@ -44,7 +44,7 @@ def tool():
 
 def full_snapshot(generator: Any) -> dict:
     """What the full path writes (the codec with the snapshot extension), for comparison."""
-    return {"branchc": 1, "graph": encode({"gen": generator}, extension=snapshots._encode_extension)}
+    return {"branchc": snapshots.VERSION, "graph": encode({"gen": generator}, extension=snapshots._encode_extension)}
 
 
 def full_resume(data: Any, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> Any:

@@ -1,8 +1,10 @@
 """Snapshots: a suspended compiled generator as JSON data, and back.
 
-    {"branchc": 1, "graph": {"roots": {"gen": [0]}, "objects": [...]}}
+    {"branchc": 2, "graph": {"classes": [...], "shapes": [...], "roots": {"gen": [0]}, "objects": [...]}}
 
-The graph (see codec.py) holds the generator as an entry
+The graph (see codec/__init__.py) names each class once, in its "classes" table, and each set of
+field names once, in "shapes" (format 2; format 1 wrote them at every instance, and is refused
+with a clear error). It holds the generator as an entry
 `{"t": "gen", "fn": "module:qualname", "hash": ..., "state": ..., "label": k,
 "vars": {...}, "free": {...}}`; nested compiled generators (a `yield from` in
 progress, or one held in a variable) are entries of the same graph, so identity
@@ -55,6 +57,7 @@ __all__ = [
     "NotSerializableError",
     "SnapshotDataError",
     "SnapshotError",
+    "check_version",
     "decode_graph",
     "encode_graph",
     "resume",
@@ -79,7 +82,25 @@ class ContextHandle:
         _PLAIN_EXTRAS[cls] = {"t": "ctx"}  # the plain fast path writes it as the full path does
 
 
-VERSION = 1
+VERSION = 2
+
+
+def check_version(data: Any, key: str, what: str) -> None:
+    """Refuse a document whose format version (``data[key]``) is not this branchc's, saying which it is."""
+    found = data.get(key) if type(data) is dict else None
+    if found == VERSION and type(found) is int:
+        return
+    if type(found) is int and 0 < found < VERSION:
+        problem = (
+            f"{what} is in format {found}, written by an older branchc; this branchc reads format {VERSION} "
+            f"only (class references and field names in tables): make it again with this version"
+        )
+    elif type(found) is int and found > VERSION:
+        problem = f"{what} is in format {found}, written by a newer branchc; this branchc reads format {VERSION}"
+    else:
+        problem = f"expected {what} as {{{key!r}: {VERSION}, ...}}, got no format version"
+    raise SnapshotDataError(key, problem)
+
 
 _HIDDEN = [
     (re.compile(r"_bc_it\d+"), "the iterator of a for loop"),
@@ -635,7 +656,8 @@ def resume(
     narrows that to these modules. The Context handle is bound to `context`; `limits` bounds the
     time and memory decoding may take (see codec.DecodeLimits).
     """
-    if type(data) is not dict or data.keys() != _TOP_FIELDS or data["branchc"] != VERSION:
+    check_version(data, "branchc", "the snapshot")
+    if data.keys() != _TOP_FIELDS:
         raise SnapshotDataError("data", f'expected {{"branchc": {VERSION}, "graph": {{...}}}}')
     allowed = frozenset(allowed_modules) if allowed_modules is not None else None
     generator = _plain_resume(data["graph"], context, allowed, limits)

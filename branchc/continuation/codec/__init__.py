@@ -2,7 +2,12 @@
 
 `encode(roots)` turns a dict of named values into one object graph::
 
-    {"roots": {name: <value>}, "objects": [<value>, ...]}
+    {"classes": ["module:qualname", ...], "shapes": [[name, ...], ...],
+     "roots": {name: <value>}, "objects": [<value>, ...]}
+
+The two tables name each class and each set of field names once per graph (each is written only
+when not empty); values refer to them by index, so a thousand messages of one model cost their
+data and a few digits each, not their class reference and field names every time.
 
 A value is written where it is used, in a vocabulary that stays close to the JSON of the
 same data (so a snapshot costs little more than that JSON to write, store and read):
@@ -24,9 +29,12 @@ NotSerializableError paths start at the root name: ``history[3]['when']``, ``poi
 ``it<source>[4]`` (what an iterator runs over).
 
 An instance of a plain class (made by `object.__new__`, no builtin base but object, no
-pickling hooks: a context manager object, say) is ``["o", "module:qualname", {attributes},
-{slots}]``. `encode(..., classes=policy)` names only the classes `policy(cls)` accepts (the
-snapshot layer accepts what a build records), and raises NotSerializableError for the rest.
+pickling hooks: a context manager object, say) is ``["o", class, attributes, slots]``: `class`
+is an index into "classes", and a payload of named values (attributes, slots, a model's or a
+dataclass's fields, an exception's attributes) is ``[shape, value, ...]``, `shape` an index into
+"shapes" that names the values in order (a model's fields_set is a shape index too).
+`encode(..., classes=policy)` names only the classes `policy(cls)` accepts (the snapshot layer
+accepts what a build records), and raises NotSerializableError for the rest.
 
 `decode(data, classes=resolver, limits=DecodeLimits())` rebuilds the graph. Decoding is done on
 untrusted data, so it runs no code named by the data except constructors of the fixed builtin
@@ -35,7 +43,8 @@ types here and classes (enums, pydantic models, dataclasses, exceptions, plain c
 modules; the snapshot layer, those a build records). The codec never calls pickle, copyreg, eval
 or exec, and imports nothing: the resolver decides what it imports. Anything malformed raises
 SnapshotDataError naming the place in the data, e.g. ``roots['history'][3]`` (JSON positions:
-item 0 of a tagged array is its tag). In detail:
+item 0 of a tagged array is its tag; ``objects[4][1]`` for a class index out of range,
+``shapes[2][0]`` for a table entry that is no name). In detail:
 
 - models, dataclasses, plain objects and user exceptions are made with `object.__new__` (an exception: its
   builtin base's `__new__`) and filled with `object.__setattr__` or their `__dict__`: no

@@ -97,6 +97,7 @@ class _Child:
 class _Decoder:
     __slots__ = (
         "built",
+        "class_refs",
         "classes",
         "count",
         "depth",
@@ -111,21 +112,30 @@ class _Decoder:
         "objects",
         "peak",
         "resolve",
+        "shapes",
         "size",
         "val",
         "work",
     )
 
     def __init__(
-        self, objects: list, resolve: ClassResolver, extension: DecodeExtension | None, limits: DecodeLimits
+        self,
+        objects: list,
+        resolve: ClassResolver,
+        extension: DecodeExtension | None,
+        limits: DecodeLimits,
+        class_refs: list[str] = (),  # type: ignore[assignment]
+        shapes: list[tuple[str, ...]] = (),  # type: ignore[assignment]
     ) -> None:
         self.objects = objects
+        self.class_refs = class_refs  # the document's "classes" table (checked: strings)
+        self.shapes = shapes  # its "shapes" table (checked: tuples of distinct strings)
         self.size = len(objects)
         self.built: list[Any] = [_TODO] * self.size
         self.heights: list[int] = [0] * self.size  # how deep each table entry nests, once built
         self.resolve = resolve
         self.extension = extension
-        self.classes: dict[tuple[str, _Kind], type] = {}
+        self.classes: dict[tuple[int, _Kind], type] = {}
         self.depth = 0  # table entries under construction
         self.nodes: dict[int, Any] = {}  # id(JSON node) -> its container, while depth > 0
         self.limits = limits
@@ -249,13 +259,28 @@ class _Decoder:
                 out[i] = val(v, (path, i + start))
         return out
 
+    def names(self, src: Any, path: Any) -> tuple[str, ...]:
+        """The field names of a payload ``[shape, value, ...]``: its entry in the "shapes" table."""
+        if type(src) is not list or not src:
+            raise SnapshotDataError(_fmt(path), f"expected [shape, value, ...], got {_show(src)}")
+        n = src[0]
+        if type(n) is not int or not 0 <= n < len(self.shapes):
+            raise SnapshotDataError(
+                _fmt((path, 0)), f"expected an index into the {len(self.shapes)} shapes, got {_show(n)}"
+            )
+        names = self.shapes[n]
+        if len(src) != len(names) + 1:
+            problem = f"shapes[{n}] names {len(names)} fields, but {len(src) - 1} values follow"
+            raise SnapshotDataError(_fmt(path), problem)
+        return names
+
     def fill(self, out: dict, src: Any, path: Any, allowed: Any = None) -> dict:
-        """Decode a str-keyed payload of values into `out` (registered first, so cycles see it)."""
-        if type(src) is not dict:
-            raise SnapshotDataError(_fmt(path), f"expected an object, got {_show(src)}")
-        self.charge(len(src), path)
+        """Decode a payload ``[shape, value, ...]`` of named values into `out` (registered first, so
+        cycles see it); `allowed`, when given, holds the names it may have."""
+        names = self.names(src, path)
+        self.charge(len(names), path)
         val = self.val
-        for k, v in src.items():
+        for k, v in zip(names, src[1:], strict=True):
             if allowed is not None and k not in allowed:
                 raise SnapshotDataError(_fmt(path), f"unexpected name {_show(k)}")
             out[k] = v if type(v) in _SCALARS else val(v, (path, k))
@@ -328,14 +353,18 @@ class _Decoder:
             seen.add(k)
         return SnapshotDataError(_fmt(where(i)), f"{what} {_show(keys[i])} again (a snapshot never repeats one)")
 
-    def cls(self, ref: Any, path: Any, kind: _Kind) -> type:
-        """Resolve "module:qualname" to a class of `kind`: a builtin exception, or what the resolver
-        allows (it imports what it must; the codec imports nothing)."""
-        found = self.classes.get((ref, kind)) if type(ref) is str else None
+    def cls(self, n: Any, path: Any, kind: _Kind) -> type:
+        """Resolve an index into the "classes" table, whose entry is "module:qualname", to a class of
+        `kind`: a builtin exception, or what the resolver allows (it imports what it must; the codec
+        imports nothing)."""
+        found = self.classes.get((n, kind)) if type(n) is int else None
         if found is not None:
             return found
         where = _fmt(path)
-        if type(ref) is not str or ref.count(":") != 1:
+        if type(n) is not int or not 0 <= n < len(self.class_refs):
+            raise SnapshotDataError(where, f"expected an index into the {len(self.class_refs)} classes, got {_show(n)}")
+        ref = self.class_refs[n]
+        if ref.count(":") != 1:
             raise SnapshotDataError(where, f'expected "module:qualname", got {_show(ref)}')
         module, qualname = ref.split(":")
         if module == "builtins" and kind is _EXCEPTION:
@@ -354,7 +383,7 @@ class _Decoder:
             raise SnapshotDataError(where, f"{ref} is not {kind.name} defined there")
         if finalizer(found):
             raise SnapshotDataError(where, f"{ref} has a __del__, which would run with the snapshot's data")
-        self.classes[(ref, kind)] = found
+        self.classes[(n, kind)] = found
         return found
 
 
@@ -612,10 +641,11 @@ def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
     if cls not in d.instances:
         d.instances |= {cls}
     names = _model_fields(cls)
-    fields_set = _want(x[3], list, path, 3, "a list of field names")
+    n = x[3]
+    if type(n) is not int or not 0 <= n < len(d.shapes):
+        raise SnapshotDataError(_fmt((path, 3)), f"expected an index into the {len(d.shapes)} shapes, got {_show(n)}")
+    fields_set = d.shapes[n]
     extra, private = [*x[4:], None, None][:2]
-    if not all(type(name) is str for name in fields_set):
-        raise SnapshotDataError(_fmt((path, 3)), f"expected field names, got {_show(fields_set)}")
     if extra is not None and cls.model_config.get("extra") != "allow":
         raise SnapshotDataError(_fmt((path, 4)), f"{cls.__qualname__} does not allow extra fields")
     d.charge(len(fields_set), (path, 3))
@@ -634,16 +664,16 @@ def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
     if len(state) != len(names):
         raise SnapshotDataError(_fmt((path, 2)), f"missing fields {sorted(names - state.keys())}")
     known = names if extra is None else names | extra.keys()
-    if len(fields) != len(fields_set) or not known.issuperset(fields):
-        raise SnapshotDataError(_fmt((path, 3)), f"expected distinct names of fields, got {_show(fields_set)}")
+    if not known.issuperset(fields):
+        raise SnapshotDataError(_fmt((path, 3)), f"expected names of fields, got {_show(list(fields_set))}")
     return obj
 
 
 def _attributes(d: _Decoder, cls: type, src: Any, path: Any) -> dict:
     """Decode instance attributes that go to __dict__ as they are: none may hide a method of the
     class (an attribute named like a method is what calling that method would call)."""
-    if type(src) is dict and src:
-        name = _hidden_method(cls, src)
+    if type(src) is list and len(src) > 1:
+        name = _hidden_method(cls, d.names(src, path))
         if name is not None:
             problem = f"an attribute that would hide the method {cls.__qualname__}.{name}"
             raise SnapshotDataError(_fmt((path, name)), problem)
@@ -899,6 +929,37 @@ _DECODERS: dict[str, Callable[[_Decoder, list, Any, int | None], Any]] = {
 
 
 _GRAPH_FIELDS = frozenset({"roots", "objects"})
+_TABLES = frozenset({"classes", "shapes"})
+
+
+def _tables(data: dict, limits: DecodeLimits) -> tuple[list[str], list[tuple[str, ...]], int]:
+    """The document's "classes" (strings) and "shapes" (lists of distinct strings), each optional;
+    and how many values they hold (counted against max_values)."""
+    classes, shapes = data.get("classes", []), data.get("shapes", [])
+    if type(classes) is not list:
+        raise SnapshotDataError("classes", f'expected a list of "module:qualname", got {_show(classes)}')
+    for i, ref in enumerate(classes):
+        if type(ref) is not str:
+            raise SnapshotDataError(f"classes[{i}]", f'expected "module:qualname", got {_show(ref)}')
+    if type(shapes) is not list:
+        raise SnapshotDataError("shapes", f"expected a list of lists of names, got {_show(shapes)}")
+    count = len(classes) + len(shapes)
+    if count > limits.max_values:
+        raise _over("data", f"more than {limits.max_values:,} values", limits, "max_values")
+    out = []
+    for i, names in enumerate(shapes):
+        if type(names) is not list:
+            raise SnapshotDataError(f"shapes[{i}]", f"expected a list of names, got {_show(names)}")
+        count += len(names)
+        if count > limits.max_values:
+            raise _over(f"shapes[{i}]", f"more than {limits.max_values:,} values", limits, "max_values")
+        for j, name in enumerate(names):
+            if type(name) is not str:
+                raise SnapshotDataError(f"shapes[{i}][{j}]", f"expected a name, got {_show(name)}")
+        if len(set(names)) != len(names):
+            raise SnapshotDataError(f"shapes[{i}]", f"a name comes twice in {_show(names)}")
+        out.append(tuple(names))
+    return classes, out, count
 
 
 def decode(
@@ -911,8 +972,9 @@ def decode(
     """Rebuild the roots from what `encode` made (after any JSON round trip); see the module docstring.
     `classes(ref)` gives the class a "module:qualname" in the data names, or raises LookupError (see
     `from_modules`); `limits` bounds the work and memory that the data can ask for (see DecodeLimits)."""
-    if type(data) is not dict or data.keys() != _GRAPH_FIELDS:
-        raise SnapshotDataError("data", f'expected {{"roots": {{...}}, "objects": [...]}}, got {_show(data)}')
+    if type(data) is not dict or not _GRAPH_FIELDS <= data.keys() <= _GRAPH_FIELDS | _TABLES:
+        expected = '{"classes": [...], "shapes": [...], "roots": {...}, "objects": [...]} (the tables optional)'
+        raise SnapshotDataError("data", f"expected {expected}, got {_show(data)}")
     roots, objects = data["roots"], data["objects"]
     if type(roots) is not dict:
         raise SnapshotDataError("roots", f"expected an object, got {_show(roots)}")
@@ -920,8 +982,9 @@ def decode(
         raise SnapshotDataError("objects", f"expected a list, got {_show(objects)}")
     if type(limits) is not DecodeLimits:
         raise TypeError(f"limits must be a DecodeLimits, got {type(limits).__name__}")
-    d = _Decoder(objects, classes, extension, limits)
-    d.count = len(roots)
+    class_refs, shapes, count = _tables(data, limits)
+    d = _Decoder(objects, classes, extension, limits, class_refs, shapes)
+    d.count = len(roots) + count
     try:
         out = {name: d.val(x, ("roots", name)) for name, x in roots.items()}
         for n in range(d.size):  # entries nothing referred to are still checked

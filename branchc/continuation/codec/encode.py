@@ -50,9 +50,10 @@ __all__ = ["BUILTIN_TYPES", "encode"]
 _CLASS_REFS: dict[type, str] = {}
 
 
-def _class_ref(e: _Encoder, t: type, path: Any) -> str:
-    """The "module:qualname" of a class that a restore can find again by name (checked once per class),
-    and that the encoder's class policy lets a snapshot name."""
+def _class_ref(e: _Encoder, t: type, path: Any) -> int:
+    """The index in the document's "classes" table of the "module:qualname" of a class that a restore
+    can find again by name (checked once per class), and that the encoder's class policy lets a
+    snapshot name."""
     ref = _CLASS_REFS.get(t)
     if ref is None:
         if _lookup(sys.modules.get(t.__module__), t.__qualname__) is not t:
@@ -69,7 +70,10 @@ def _class_ref(e: _Encoder, t: type, path: Any) -> str:
             f"(convert it before the yield), or define the class in a module of your build"
         )
         raise NotSerializableError(_fmt(path), _type_name(t), hint)
-    return ref
+    index = e.class_index.get(ref)
+    if index is None:
+        index = e.class_index[ref] = len(e.class_index)
+    return index
 
 
 def _tree(seen: list[int], leaf: Callable[[Any, Any], Any], x: Any, path: Any) -> Any:
@@ -126,10 +130,23 @@ class _Encoder:
     memo; finish() checks that none came twice, else `encode` starts over with the careful pass, which
     memoizes everything. Sharing is rare; the memo is not cheap."""
 
-    __slots__ = ("classes", "declines", "enc", "extension", "keep", "memo", "seen", "shared")
+    __slots__ = (
+        "class_index",
+        "classes",
+        "declines",
+        "enc",
+        "extension",
+        "keep",
+        "memo",
+        "seen",
+        "shape_index",
+        "shared",
+    )
 
     def __init__(self, extension: Extension | None, optimistic: bool, classes: Any = None) -> None:
         self.classes = classes  # (type) -> bool: may a snapshot name this class; None: any module-level one
+        self.class_index: dict[str, int] = {}  # "module:qualname" -> its place in the "classes" table
+        self.shape_index: dict[tuple[str, ...], int] = {}  # field names, in order -> its place in "shapes"
         self.memo: dict[int, Any] = {}  # id -> its JSON (written once, in place) or its table index
         self.shared: list[Any] = []  # the JSON of values met twice; becomes "objects"
         self.keep: list[Any] = []  # temporaries (the codec's and the extension's), so no id() is reused
@@ -201,10 +218,30 @@ class _Encoder:
         enc = self.enc
         out += [v if type(v) in _INLINE else enc(v, (path, i)) for i, v in enumerate(values)]
 
-    def fields(self, values: dict, path: Any) -> dict:
-        """A str-keyed mapping of attributes (a payload, never shared, so "$" is a plain key here)."""
+    def shape(self, names: Any) -> int:
+        """The index in the document's "shapes" table of these field names, in this order."""
+        key = tuple(names)
+        index = self.shape_index.get(key)
+        if index is None:
+            index = self.shape_index[key] = len(self.shape_index)
+        return index
+
+    def fields(self, values: dict, path: Any) -> list:
+        """A str-keyed mapping of attributes (a payload, never shared) as ``[shape, value, ...]``: the
+        index of its names in the "shapes" table, then the values in that order."""
         enc = self.enc
-        return {k: v if type(v) in _INLINE else enc(v, (path, k, _ATTR)) for k, v in values.items()}
+        out = [self.shape(values)]
+        out += [v if type(v) in _INLINE else enc(v, (path, k, _ATTR)) for k, v in values.items()]
+        return out
+
+    def tables(self) -> dict[str, list]:
+        """The document's tables (each present only when not empty)."""
+        tables: dict[str, list] = {}
+        if self.class_index:
+            tables["classes"] = list(self.class_index)
+        if self.shape_index:
+            tables["shapes"] = [list(names) for names in self.shape_index]
+        return tables
 
     def finish(self) -> list:
         """Move every shared value's JSON to the table and leave a reference where it was first written."""
@@ -278,7 +315,7 @@ def _model(e: _Encoder, x: BaseModel, path: Any, out: list) -> None:
     if len(state) != len(names):  # other keys are cached_property values: left to recompute
         state = {k: v for k, v in state.items() if k in names}
     out.append(e.fields(state, path))
-    out.append(sorted(x.__pydantic_fields_set__))
+    out.append(e.shape(sorted(x.__pydantic_fields_set__)))
     extra, private = getattr(x, "__pydantic_extra__", None), getattr(x, "__pydantic_private__", None)
     if extra is not None or private is not None:
         out.append(None if extra is None else e.fields(extra, path))
@@ -519,6 +556,7 @@ def _encode(roots: dict[str, Any], extension: Extension | None, optimistic: bool
                     raise _Again from None
                 hint = "it is nested too deeply for a snapshot; flatten it"
                 raise NotSerializableError(name, _type_name(type(value)), hint) from None
-        return {"roots": out, "objects": e.finish()}
+        objects = e.finish()
+        return {**e.tables(), "roots": out, "objects": objects}
     finally:
         del e.enc  # a cycle through the encoder: broken, so it is freed now, not by the garbage collector
