@@ -478,13 +478,26 @@ def serve(
         float,
         typer.Option("--session-timeout", min=0, help="HTTP: seconds an idle session is kept; 0: until deleted."),
     ] = 1800,
+    store_url: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="BRANCHC_STORE",
+            metavar="URL",
+            help="Where runs wait between rounds: sqlite:///runs.db, redis://HOST:PORT/0, or none (request_state "
+            "carries the whole run). Default: HTTP, runs.db in $BRANCHC_STATE_DIR (~/.local/state/branchc); "
+            "stdio, none.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the tools in PATH to MCP clients, in both protocol eras."""
+    from .bridge.durable import serving_store
     from .bridge.loading import load_served_tools
     from .bridge.provider import ChatCompletionsProvider
     from .bridge.server import create_server
     from .bridge.transport import serve_http, serve_stdio
 
+    store = None
     try:
         provider = None
         if sampling is not Sampling.client:
@@ -494,6 +507,7 @@ def serve(
                 )
             provider = ChatCompletionsProvider(provider_url, provider_model, api_key=provider_key)
         tools = load_served_tools(path, guided=guided)
+        store = serving_store(store_url, http=http is not None)
         server = create_server(
             tools,
             name=name,
@@ -506,20 +520,26 @@ def serve(
             guided_max_runs=guided_max_runs,
             guided_max_bytes=int(guided_max_mb * 2**20),
             answer_timeout=answer_timeout or None,
+            store=store,
         )
     except (BranchcError, CliError, ValueError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
-    if http is None:
-        anyio.run(serve_stdio, server)
-        return
-    host, _, port = http.rpartition(":")
-    if not host or not port.isdigit():
-        err.print(f"[red bold]error:[/] --http {escape(http)}: give HOST:PORT, for example 127.0.0.1:8765")
-        raise typer.Exit(2)
-    err.print(f"serving {len(tools)} tool(s) at http://{host}:{port}/mcp")
-    limits = {"max_message_size": int(max_message_mb * 2**20), "session_timeout": session_timeout or None}
-    anyio.run(functools.partial(serve_http, server, host, int(port), **limits))
+    try:
+        if http is None:
+            anyio.run(serve_stdio, server)
+            return
+        host, _, port = http.rpartition(":")
+        if not host or not port.isdigit():
+            err.print(f"[red bold]error:[/] --http {escape(http)}: give HOST:PORT, for example 127.0.0.1:8765")
+            raise typer.Exit(2)
+        kept = f"; runs kept in {store.url}" if store is not None else "; no store (--store none)"
+        err.print(f"serving {len(tools)} tool(s) at http://{host}:{port}/mcp{escape(kept)}")
+        limits = {"max_message_size": int(max_message_mb * 2**20), "session_timeout": session_timeout or None}
+        anyio.run(functools.partial(serve_http, server, host, int(port), **limits))
+    finally:
+        if store is not None:
+            store.close()
 
 
 def main() -> None:

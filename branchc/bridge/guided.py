@@ -35,6 +35,7 @@ checked against the model on the server.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -109,6 +110,7 @@ class WaitingRun:
     tool: str
     saved: str
     expires: float
+    meta: Any = dataclasses.field(default=None, compare=False)  # a store's RunMeta for it (durable.run_meta)
 
     @property
     def size(self) -> int:
@@ -261,9 +263,14 @@ class GuidedRuns:
     def __init__(self, ttl: float = 1800, store: WaitingRuns | None = None) -> None:
         self.ttl = ttl
         self.store: WaitingRuns = store if store is not None else MemoryWaitingRuns()
+        # in a continuation store: what each waiting run's record says of it (durable.run_meta), and the check
+        # that a run taken from it was saved by this server's code (set by create_server and mount)
+        self.describe: Any = None
+        self.check: Any = None
 
     def keep(self, tool: str, handoff: Any, machine: Machine, *, new: bool = True, taken: str | None = None) -> str:
-        saved = WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl)
+        meta = self.describe(machine) if self.describe is not None else None
+        saved = WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl, meta)
         return self.store.keep(saved, new=new, taken=taken)
 
     def take(self, ident: Any) -> WaitingRun:
@@ -294,6 +301,12 @@ class GuidedRuns:
         # refused), kept again (it waits for more), or released here (it ended: done, failed, cancelled)
         settled = False  # put back
         tool = bridge.tools[waiting.tool]
+        if self.check is not None:
+            try:
+                self.check(ident, waiting, tool)
+            except BranchcError as error:  # saved by other code: it waits on, for a server that has that code
+                self.store.put_back(ident, waiting)
+                return error_result(str(error))
 
         async def restored() -> tuple[Any, Machine]:
             nonlocal settled

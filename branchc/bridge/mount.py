@@ -40,10 +40,13 @@ from mcp.server.request_state import RequestStateBoundary
 
 from ..runtime.limits import Limits
 from ..runtime.tool import Tool
-from .guided import RESUME_TOOL
+from ..stores.base import RunStore
+from .durable import store_guided_runs
+from .guided import RESUME_TOOL, GuidedRuns
 from .loading import ServeLoadError, load_served_tools
 from .provider import ChatCompletionsProvider, SamplingMode
 from .server import Bridge, state_security
+from .waiting import StoreWaitingRuns
 
 __all__ = ["mount"]
 
@@ -60,6 +63,7 @@ def mount(
     sampling: SamplingMode = "client",
     provider: ChatCompletionsProvider | None = None,
     guided: bool = False,
+    store: RunStore | None = None,
 ) -> Bridge:
     """Serve branchc `tools` from `server` (an `MCPServer` or a lowlevel `Server`) beside its own.
 
@@ -67,7 +71,9 @@ def mount(
     a build folder from `branchc compile`; or tools already loaded compiled (a Tool, a list or dict of
     them, a module of a build). The options are `branchc serve`'s: `state_key` (else `$BRANCHC_STATE_KEY`)
     and `state_ttl` seal the 2026-07-28 `request_state` on a lowlevel server that has no boundary yet;
-    `limits`, `sampling`, `provider` and `guided` as in `create_server`. Returns the Bridge (its `tools`).
+    `limits`, `sampling`, `provider` and `guided` as in `create_server`; `store` (a RunStore,
+    `branchc.stores.open_store(url)`) as there too: 2026-07-28 rounds checkpointed in it (request_state a short
+    run reference, each round exactly once) and guided runs waiting in it. Returns the Bridge (its `tools`).
     """
     lowlevel = _lowlevel(server)
     found = _tools(tools, guided)
@@ -82,7 +88,18 @@ def mount(
         names = [*found, *([RESUME_TOOL] if guided else [])]
         if taken := sorted(name for name in names if own.get_tool(name) is not None):
             raise ValueError(f"{', '.join(taken)}: the server has a tool of that name already; rename one")
-    bridge = Bridge(found, name=lowlevel.name, limits=limits, sampling=sampling, provider=provider, guided=guided)
+    runs = store_guided_runs(GuidedRuns(store=StoreWaitingRuns(store)), found) if guided and store is not None else None
+    bridge = Bridge(
+        found,
+        name=lowlevel.name,
+        limits=limits,
+        sampling=sampling,
+        provider=provider,
+        guided=guided,
+        guided_runs=runs,
+        store=store,
+        state_ttl=state_ttl,
+    )
     ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set())
     own_list = lowlevel.get_request_handler("tools/list")
     own_call = lowlevel.get_request_handler("tools/call")

@@ -2,17 +2,21 @@
 
 Round 1 runs `before`, starts the run machine and steps it until every branch waits. The
 pending samples and elicitations of all branches go back in one `InputRequiredResult`,
-keyed by the machine's request keys, with the saved machine as `request_state` (sealed on
-the way out and verified on the way back by the SDK's `RequestStateBoundary`, so what
-arrives here is what this server minted, for this tool and these arguments, unexpired).
+keyed by the machine's request keys, with the saved machine as `request_state` (compressed by
+runstate.pack_run, then sealed on the way out and verified on the way back by the SDK's
+`RequestStateBoundary`, so what arrives here is what this server minted, for this tool and
+these arguments, unexpired; unpacking is bounded all the same).
 Every later round restores the machine, checks the answers against what was asked, feeds
 them, and steps again; when the client phase returns, `after` runs and the call completes.
-Nothing stays in memory between rounds: any replica with the key serves any round.
+Nothing stays in memory between rounds: any replica with the key serves any round. With a store
+(the bridge's `durable`, durable.py) the run is checkpointed there instead, `request_state` is a short
+run reference, and each round runs exactly once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import time
 import warnings
@@ -29,7 +33,7 @@ from ..runtime.driver import server_phase
 from ..runtime.errors import BranchcError, ClientAnswerError, MissingCapabilityError, ToolPhaseError
 from ..runtime.jsondata import check_phase_data
 from ..runtime.machine import Machine, Request
-from ..runtime.runstate import RunStateError, dump_run, load_run
+from ..runtime.runstate import RunStateError, dump_run, load_run, pack_run, unpack_run
 from ..runtime.tool import Tool
 from .backchannel import client_capabilities
 from .connection import write_bounded
@@ -60,13 +64,15 @@ class AnswerError(BranchcError, ValueError):
 async def run_round(
     bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, params: types.CallToolRequestParams
 ) -> types.CallToolResult | types.InputRequiredResult:
+    if getattr(bridge, "durable", None) is not None:  # a store: request_state is a short run reference (durable.py)
+        return await bridge.durable.run_round(bridge, ctx, tool, model, params)
     if params.request_state is None:
         if params.input_responses:
             return error_result("input_responses came without the request_state of the round they answer")
         return await guarded(start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool)
 
     async def restored() -> tuple[Any, Machine]:
-        handoff, machine = load_run(params.request_state)
+        handoff, machine = load_run(unpack_run(params.request_state))
         with released_unless_fed(machine):  # refused answers: the same request_state can be answered again
             if machine.tool != tool.name:
                 raise AnswerError(f"this request_state belongs to tool {machine.tool!r}, not {tool.name!r}")
@@ -83,7 +89,7 @@ def _asked_as_input_requests(ctx: ServerRequestContext, handoff: Any, machine: M
     return (
         None
         if asked is None
-        else types.InputRequiredResult(input_requests=asked, request_state=dump_run(handoff, machine))
+        else types.InputRequiredResult(input_requests=asked, request_state=pack_run(dump_run(handoff, machine)))
     )
 
 
@@ -122,6 +128,8 @@ async def guarded(
                     await _sample_on_server(provider, machine)
                     continue
                 response = waiting(ctx, handoff, machine)
+                if inspect.isawaitable(response):  # one that writes to a store
+                    response = await response
                 if response is not None:
                     machine.release()
                     return response

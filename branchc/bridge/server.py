@@ -28,13 +28,16 @@ from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityEr
 from ..runtime.limits import Limits
 from ..runtime.messages import SampleResult
 from ..runtime.tool import Tool
+from ..stores.base import RunStore
 from .backchannel import BackchannelClient, client_capabilities
 from .connection import connection_gone, ends_with_connection
+from .durable import DurableRounds, store_guided_runs
 from .guided import RESUME_TOOL, GuidedRuns, MemoryWaitingRuns, guided_output_schema, resume_tool
 from .loglevel import set_logging_level
 from .provider import ChatCompletionsProvider, SamplingMode
 from .results import describe_failure, error_result, result_of
 from .rounds import missing_capability, run_round
+from .waiting import StoreWaitingRuns
 
 __all__ = ["Bridge", "create_server"]
 
@@ -53,6 +56,8 @@ class Bridge:
         guided: bool = False,
         guided_runs: GuidedRuns | None = None,
         answer_timeout: float | None = None,
+        store: RunStore | None = None,
+        state_ttl: float = 600,
     ) -> None:
         if sampling != "client" and provider is None:
             raise ValueError(f"sampling={sampling!r} needs a provider: give the model endpoint's URL and model")
@@ -63,6 +68,8 @@ class Bridge:
         self.provider = provider
         self.guided = (guided_runs or GuidedRuns()) if guided else None
         self.answer_timeout = answer_timeout  # seconds a client may take to answer a sample or form (None: no limit)
+        self.store = store  # 2026-07-28 rounds checkpointed there, request_state a run reference (durable.py)
+        self.durable = DurableRounds(store, ttl=state_ttl) if store is not None else None
         if guided and RESUME_TOOL in self.tools:
             raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
 
@@ -189,13 +196,30 @@ def create_server(
     guided_max_runs: int = 1000,
     guided_max_bytes: int = 256 * 2**20,
     answer_timeout: float | None = None,
+    store: RunStore | None = None,
+    guided_store: RunStore | None = None,
 ) -> Server:
     """The lowlevel SDK server for `tools`, with the request-state boundary in place. Guided mode's
     waiting runs expire after `guided_ttl` seconds; at most `guided_max_runs` runs, holding at most
     `guided_max_bytes` of saved state, wait at once (a new start past either is refused). In the handshake
     era a client that has not answered a sample or an elicitation after `answer_timeout` seconds fails it
-    (the run sees the error at its yield); None waits as long as the client's connection is open."""
-    runs = GuidedRuns(guided_ttl, MemoryWaitingRuns(guided_max_runs, guided_max_bytes)) if guided else None
+    (the run sees the error at its yield); None waits as long as the client's connection is open.
+
+    `store` (a RunStore, `stores.open_store(url)`): 2026-07-28 rounds are checkpointed there before they
+    leave, `request_state` is a short run reference and each round runs exactly once (durable.py); guided
+    runs wait there too (or in `guided_store` when given), under the same caps. None: today's stateless
+    rounds (request_state is the whole sealed run) and guided runs in this process's memory."""
+    runs = None
+    if guided:
+        held = guided_store if guided_store is not None else store
+        waiting = (
+            StoreWaitingRuns(held, guided_max_runs, guided_max_bytes)
+            if held is not None
+            else MemoryWaitingRuns(guided_max_runs, guided_max_bytes)
+        )
+        runs = GuidedRuns(guided_ttl, waiting)
+        if held is not None:
+            store_guided_runs(runs, tools)
     bridge = Bridge(
         tools,
         name=name,
@@ -205,6 +229,8 @@ def create_server(
         guided=guided,
         guided_runs=runs,
         answer_timeout=answer_timeout,
+        store=store,
+        state_ttl=state_ttl,
     )
     with warnings.catch_warnings():  # logging is deprecated in 2026-07-28 (SEP-2577), yet the handshake era has it
         warnings.simplefilter("ignore", MCPDeprecationWarning)

@@ -84,7 +84,7 @@ class StoreWaitingRuns:
                     f"runs hold {held}, past the most it holds (--guided-max-mb, {self.max_bytes} bytes); "
                     f"the run cannot wait for more answers and was ended; call the tool again to start over"
                 )
-        record = RunRecord.new(run.tool, run.saved, ttl=0, meta=RunMeta(era="guided"))
+        record = RunRecord.new(run.tool, run.saved, ttl=0, meta=run.meta or RunMeta(era="guided"))
         self.store.create(dataclasses.replace(record, expires=run.expires))
         return record.run_id
 
@@ -97,13 +97,13 @@ class StoreWaitingRuns:
             self.store.checkpoint(ident, record.version, status="running")
         except (StaleRunError, RunNotFoundError):
             return None  # another process or replica took it first
-        return WaitingRun(record.tool, record.saved, record.expires)
+        return WaitingRun(record.tool, record.saved, record.expires, record.meta)
 
     def put_back(self, ident: str, run: WaitingRun) -> None:
         record = self.store.load(ident)
         if record is None:
             if run.expires > time.time():
-                made = RunRecord.new(run.tool, run.saved, ttl=0, run_id=ident, meta=RunMeta(era="guided"))
+                made = RunRecord.new(run.tool, run.saved, ttl=0, run_id=ident, meta=run.meta or RunMeta(era="guided"))
                 self.store.create(dataclasses.replace(made, expires=run.expires))
             return
         self.store.checkpoint(ident, record.version, status="waiting", saved=run.saved)

@@ -1,0 +1,478 @@
+"""Durable rounds: the 2026-07-28 era with a continuation store (branchc/stores/).
+
+Without a store a round's `request_state` is the whole run, so a client may replay it (the same round
+runs again, or a run forks from an old round). With one, each round's run is checkpointed in the store,
+atomically and before its `InputRequiredResult` leaves, and the `request_state` is a short reference:
+``r1:{"run": ID, "round": N}`` (sealed and bound to the tool and its arguments by the SDK's
+`RequestStateBoundary`, as before). The record says which round the run waits for (meta.extra["round"]),
+and keeps the last answered round's number, answers digest and response (meta.answers_digest,
+meta.response, meta.extra["answered"]). A call for round N then:
+
+- finds the run waiting for round N: its answers are checked against what was asked (refused: nothing
+  is written, the same request_state stays good), then the round is claimed by a compare-and-swap
+  (waiting -> running), so of two replicas given the same round at once exactly one runs it; the
+  round's outcome is written in one checkpoint (waiting for round N+1, or done / failed with the final
+  response kept for retries until the run expires);
+- finds round N being answered (by another replica, or an earlier attempt of this call): the same
+  answers wait for its response (up to `wait_for_round` seconds, then a "being answered, retry" error);
+  other answers are refused; a claim older than `lease` seconds (its server died mid-round) is taken over;
+- finds round N answered already: the same answers get the stored response again (nothing runs twice,
+  `after` included); other answers are refused;
+- finds the run past round N: refused, the run has moved on (an old request_state never forks a run).
+
+A round interrupted before its outcome is written (the client went away, the store failed) puts the
+run back to waiting for round N, so it can be sent again. What each record keeps for inspection
+(`branchc runs`): the era, the hash of the tool's compiled code (checked on load: a run saved by other
+code is refused, naming the run), where each branch waits, the pending requests, the build folder and
+the tool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp.types as types
+from mcp.server import ServerRequestContext
+from pydantic import BaseModel
+
+from ..continuation.generator import suspended_at
+from ..runtime.machine import Machine
+from ..runtime.runstate import RunStateError, dump_run, load_run
+from ..runtime.tool import Tool
+from ..stores.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError, WaitPoint
+from ..stores.url import open_store
+from .results import error_result
+from .rounds import (
+    AnswerError,
+    _answer,
+    _input_requests,
+    check_answered,
+    feed,
+    guarded,
+    released_unless_fed,
+    start_run,
+)
+
+__all__ = [
+    "REF_PREFIX",
+    "DurableRounds",
+    "default_store_url",
+    "run_meta",
+    "serving_store",
+    "state_dir",
+    "store_guided_runs",
+    "tool_build",
+    "tool_code_hash",
+]
+
+ERA = "2026-07-28"
+REF_PREFIX = "r1:"  # a request_state that names a run in the store (format 1)
+SUMMARY_CHARS = 200
+
+
+# -- where serving keeps its runs by default ------------------------------------------------------------
+
+
+def state_dir() -> Path:
+    """`$BRANCHC_STATE_DIR`, else `$XDG_STATE_HOME/branchc`, else ~/.local/state/branchc."""
+    if folder := os.environ.get("BRANCHC_STATE_DIR"):
+        return Path(folder).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / "branchc"
+
+
+def default_store_url() -> str:
+    """The embedded store HTTP serving uses unless told otherwise: runs.db in the state folder."""
+    return "sqlite:///" + str((state_dir() / "runs.db").resolve())
+
+
+def serving_store(url: str | None, *, http: bool) -> RunStore | None:
+    """The store `branchc serve --store URL` names; with no URL, the default SQLite file over HTTP (its
+    folder created if missing) and none over stdio. StoreURLError / StoreUnavailableError say what is wrong."""
+    if url is None:
+        if not http:
+            return None
+        folder = state_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        url = default_store_url()
+    return open_store(url)
+
+
+# -- what a record says about its run --------------------------------------------------------------------
+
+
+def tool_code_hash(tool: Tool) -> str:
+    """A hash of the compiled functions' code hashes (as the build manifest records them) of the modules the
+    tool's phases are defined in, and of the modules of every compiled function those modules hold."""
+    modules: dict[str, dict[str, str]] = {}
+    roots = [fn for fn in (tool.before_fn, tool.client_fn, tool.after_fn) if fn is not None]
+    for fn in roots:
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        for value in [fn, *(vars(module).values() if module is not None else ())]:
+            table = getattr(value, "__branchc_table__", None)
+            if table is None or getattr(value, "__module__", None) in modules:
+                continue
+            with contextlib.suppress(AttributeError, KeyError, TypeError):
+                functions = table[0]["functions"]
+                modules[value.__module__] = {name: info["hash"] for name, info in functions.items()}
+    text = json.dumps(modules, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def tool_build(tool: Tool) -> str:
+    """The absolute path of the build folder the tool's client phase was imported from ("" if not from one)."""
+    module = sys.modules.get(getattr(tool.client_fn, "__module__", "") or "")
+    origin = getattr(getattr(module, "__spec__", None), "origin", None)  # __file__ names the source
+    if module is None or not isinstance(origin, str):
+        return ""
+    folder = Path(origin).resolve().parent
+    depth = module.__name__.count(".") + (Path(origin).name == "__init__.py")
+    for _ in range(depth):
+        folder = folder.parent
+    return str(folder) if (folder / "branchc.json").is_file() else ""
+
+
+def _clip(text: Any) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+
+
+def _waits(machine: Machine) -> tuple[WaitPoint, ...]:
+    points = []
+    for ident, branch in machine.branches.items():
+        if branch.wait is None or not branch.wait.startswith(("sample-", "elicit-")):
+            continue  # waits on a child branch or a group: the child says where it waits
+        where = suspended_at(branch.generator)
+        code = getattr(branch.generator, "gi_code", None)
+        points.append(
+            WaitPoint(
+                ident,
+                str(where.get("function", "")),
+                int(where.get("line", 0) or 0),
+                getattr(code, "co_filename", "") or "",
+            )
+        )
+    return tuple(points)
+
+
+def _pending(machine: Machine) -> tuple[dict[str, Any], ...]:
+    out = []
+    for request in machine.pending:
+        if request.kind == "sample":
+            messages = request.sample.messages if request.sample is not None else []
+            last = messages[-1] if messages else None
+            content = getattr(last, "content", last)
+            if not isinstance(content, str):
+                content = getattr(content, "text", None) or json.dumps(_jsonish(content))[:SUMMARY_CHARS]
+            summary = _clip(content)
+        else:
+            summary = _clip(request.elicit.message if request.elicit is not None else "")
+        out.append({"key": request.key, "kind": request.kind, "branch": request.branch, "summary": summary})
+    return tuple(out)
+
+
+def _jsonish(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, list):
+        return [_jsonish(item) for item in value]
+    return value if isinstance(value, (str, int, float, bool, dict, type(None))) else repr(value)
+
+
+def run_meta(era: str, tool: Tool, machine: Machine, **fields: Any) -> RunMeta:
+    """The metadata of a record of `machine`'s run (waiting): era, code hash, waits, pending, build and tool;
+    `fields` adds RunMeta fields (answers_digest, response) and entries of extra."""
+    from ..continuation.snapshots import VERSION
+
+    extra = {"build": tool_build(tool), "tool": tool.name, **fields.pop("extra", {})}
+    return RunMeta(
+        era=era,
+        run_format=VERSION,
+        code_hash=tool_code_hash(tool),
+        waits=_waits(machine),
+        pending=_pending(machine),
+        extra=extra,
+        **fields,
+    )
+
+
+def check_code(run_id: str, meta: RunMeta | None, tool: Tool) -> None:
+    """A run saved by other compiled code than this server's is refused, naming the run (RunStateError)."""
+    here = tool_code_hash(tool)
+    if meta is not None and meta.code_hash and meta.code_hash != here:
+        build = f": {meta.extra['build']}" if meta.extra.get("build") else ""
+        raise RunStateError(
+            f"stored run {run_id!r} of tool {tool.name!r} was saved by other code (code hash {meta.code_hash}, "
+            f"this server has {here}): the tool's code changed since the run was saved, so it cannot be continued "
+            f"here; call the tool again to start over (or serve the build it was saved from{build})"
+        )
+
+
+def store_guided_runs(runs: Any, tools: Any) -> Any:
+    """Guided runs (a GuidedRuns over StoreWaitingRuns) whose records carry run_meta, checked on every take."""
+    runs.describe = lambda machine: run_meta("guided", tools[machine.tool], machine)
+    runs.check = lambda ident, waiting, tool: check_code(ident, waiting.meta, tool)
+    return runs
+
+
+# -- the rounds ------------------------------------------------------------------------------------------
+
+
+def answers_digest(responses: dict[str, Any]) -> str:
+    data = {
+        key: value.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(value, BaseModel) else value
+        for key, value in responses.items()
+    }
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stored(response: Any) -> dict[str, Any]:
+    kind = "input_required" if isinstance(response, types.InputRequiredResult) else "result"
+    return {"kind": kind, "value": response.model_dump(mode="json", by_alias=True, exclude_none=True)}
+
+
+def _restored(stored: Any) -> Any:
+    if stored["kind"] == "input_required":
+        return types.InputRequiredResult.model_validate(stored["value"])
+    return types.CallToolResult.model_validate(stored["value"])
+
+
+def _ref(run_id: str, number: int) -> str:
+    return REF_PREFIX + json.dumps({"run": run_id, "round": number}, separators=(",", ":"))
+
+
+def _parse_ref(state: str) -> tuple[str, int]:
+    if not state.startswith(REF_PREFIX):
+        raise AnswerError(
+            "this request_state holds a whole run (minted by a server without a store, or with --store none); "
+            "this server keeps runs in a store and continues only its own run references: call the tool again"
+        )
+    try:
+        data = json.loads(state[len(REF_PREFIX) :])
+        run_id, number = data["run"], data["round"]
+    except (ValueError, KeyError, TypeError):
+        raise AnswerError("this request_state is not a run reference this server can read") from None
+    if type(run_id) is not str or type(number) is not int:
+        raise AnswerError("this request_state is not a run reference this server can read")
+    return run_id, number
+
+
+class DurableRounds:
+    """The 2026-07-28 era's rounds over `store`: records live `ttl` seconds past their last round; a
+    round claimed longer than `lease` seconds ago is taken over; a retry of a round being answered waits
+    up to `wait_for_round` seconds for its response."""
+
+    def __init__(self, store: RunStore, *, ttl: float = 600, lease: float = 300, wait_for_round: float = 30) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.lease = lease
+        self.wait_for_round = wait_for_round
+        self.gc_every = 60.0  # seconds between sweeps of expired runs (expired ones are invisible meanwhile)
+        self._next_gc = 0.0
+
+    async def _io(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def run_round(
+        self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if time.monotonic() >= self._next_gc:
+            self._next_gc = time.monotonic() + self.gc_every
+            with contextlib.suppress(StoreError):
+                await self._io(self.store.gc)
+        if params.request_state is None:
+            if params.input_responses:
+                return error_result("input_responses came without the request_state of the round they answer")
+
+            async def first(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
+                asked = _input_requests(ctx, machine)
+                if asked is None:
+                    return None
+                record = RunRecord.new(tool.name, dump_run(handoff, machine), ttl=self.ttl)
+                response = types.InputRequiredResult(input_requests=asked, request_state=_ref(record.run_id, 1))
+                meta = run_meta(ERA, tool, machine, extra={"round": 1})
+                await self._io(self.store.create, dataclasses.replace(record, meta=meta))
+                return response
+
+            return await guarded(start_run(bridge, ctx, tool, model), first, bridge, ctx, tool)
+        try:
+            run_id, number = _parse_ref(params.request_state)
+            return await self._continue(bridge, ctx, tool, run_id, number, params.input_responses or {})
+        except (AnswerError, RunStateError, StoreError) as error:
+            return error_result(str(error))
+
+    async def _continue(
+        self, bridge: Any, ctx: ServerRequestContext, tool: Tool, run_id: str, number: int, responses: dict
+    ) -> Any:
+        digest = answers_digest(responses)
+        deadline = time.monotonic() + self.wait_for_round
+        delay = 0.02
+        while True:
+            record = await self._io(self.store.load, run_id)
+            if record is None:
+                raise AnswerError(
+                    f"run {run_id!r} is not in the store: it ended and expired, was cancelled, or expired "
+                    f"(runs are kept {self.ttl:.0f} s after their last round); call the tool again to start over"
+                )
+            if record.tool != tool.name:
+                raise AnswerError(f"this request_state belongs to tool {record.tool!r}, not {tool.name!r}")
+            extra = record.meta.extra
+            claim = extra.get("claim") or {}
+            if record.status == "waiting" and extra.get("round") == number:
+                outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
+                if outcome is not None:
+                    return outcome
+                continue  # another replica claimed it first: see what it did
+            if record.status == "running" and extra.get("round") == number:
+                if claim.get("digest") != digest:
+                    raise AnswerError(
+                        f"round {number} of run {run_id!r} is being answered with other answers; "
+                        f"an answered round cannot be answered again differently"
+                    )
+                if time.time() - float(claim.get("at", 0)) > self.lease:
+                    outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
+                    if outcome is not None:
+                        return outcome
+                    continue
+                if time.monotonic() >= deadline:
+                    raise AnswerError(
+                        f"round {number} of run {run_id!r} is being answered (by this call sent earlier, or on "
+                        f"another replica) and has no result yet after {self.wait_for_round:.0f} s; send the same "
+                        f"round again to get its result"
+                    )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            if extra.get("answered") == number and record.meta.response is not None:
+                if record.meta.answers_digest != digest:
+                    raise AnswerError(
+                        f"round {number} of run {run_id!r} was answered already, with other answers; a round is "
+                        f"answered once: send the same answers to get its result again, or continue from the "
+                        f"request_state it returned"
+                    )
+                return _restored(record.meta.response)
+            if record.status == "cancelled":
+                raise AnswerError(f"run {run_id!r} was cancelled; call the tool again to start over")
+            at = (
+                f"is at round {extra.get('round')}"
+                if record.status in ("waiting", "running")
+                else f"has ended ({record.status})"
+            )
+            raise AnswerError(
+                f"run {run_id!r} has moved on: this request_state is for round {number}, and the run {at}; an old "
+                f"request_state cannot continue or fork a run: continue from the latest request_state"
+            )
+
+    async def _claim_and_run(
+        self,
+        bridge: Any,
+        ctx: ServerRequestContext,
+        tool: Tool,
+        record: RunRecord,
+        number: int,
+        responses: dict,
+        digest: str,
+    ) -> Any:
+        """Check the answers, claim round `number` (None: another writer moved the record first), run it, and
+        write its outcome."""
+        check_code(record.run_id, record.meta, tool)
+        try:
+            handoff, machine = load_run(record.saved)
+        except RunStateError as error:
+            raise RunStateError(f"stored run {record.run_id!r} cannot be continued: {error}") from None
+        try:
+            with released_unless_fed(machine):  # refused answers: nothing written, the round can be sent again
+                check_answered(machine, responses.keys(), "input_responses")
+                answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
+                claim = {"round": number, "digest": digest, "at": time.time()}
+                meta = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": claim})
+                claimed = await self._io(
+                    self.store.checkpoint, record.run_id, record.version, status="running", meta=meta
+                )
+        except (StaleRunError, RunNotFoundError):
+            return None
+        saved = False
+
+        async def ready() -> tuple[Any, Machine]:
+            feed(machine, answers)
+            return handoff, machine
+
+        async def again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
+            nonlocal saved
+            asked = _input_requests(ctx, machine)
+            if asked is None:
+                return None
+            response = types.InputRequiredResult(input_requests=asked, request_state=_ref(record.run_id, number + 1))
+            meta = run_meta(
+                ERA,
+                tool,
+                machine,
+                answers_digest=digest,
+                response=_stored(response),
+                extra={"round": number + 1, "answered": number},
+            )
+            text = dump_run(handoff, machine)
+            expires = time.time() + self.ttl
+            try:
+                await self._io(
+                    self.store.checkpoint,
+                    record.run_id,
+                    claimed.version,
+                    status="waiting",
+                    saved=text,
+                    meta=meta,
+                    expires=expires,
+                )
+            except StaleRunError:
+                raise AnswerError(
+                    f"round {number} of run {record.run_id!r} was taken over by another server while it ran here "
+                    f"(its claim outlived {self.lease:.0f} s); send the same round again for that server's result"
+                ) from None
+            saved = True
+            return response
+
+        finished = False
+        try:
+            outcome = await guarded(ready(), again, bridge, ctx, tool, resumable=True)
+            finished = machine.done
+        finally:
+            if not saved and not finished:
+                with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+                    # interrupted before its outcome was written: the run waits for this round again
+                    await self._io(
+                        self.store.checkpoint, record.run_id, claimed.version, status="waiting", meta=record.meta
+                    )
+        if saved:
+            return outcome
+        status = "failed" if outcome.is_error else "done"
+        meta = dataclasses.replace(
+            claimed.meta,
+            waits=(),
+            pending=(),
+            answers_digest=digest,
+            response=_stored(outcome),
+            extra={k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round")} | {"answered": number},
+        )
+        with anyio.CancelScope(shield=True), contextlib.suppress(StaleRunError, RunNotFoundError):
+            await self._io(
+                self.store.checkpoint,
+                record.run_id,
+                claimed.version,
+                status=status,
+                saved="",
+                meta=meta,
+                expires=time.time() + self.ttl,
+            )
+        return outcome
