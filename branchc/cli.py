@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -540,6 +542,200 @@ def serve(
     finally:
         if store is not None:
             store.close()
+
+
+# -- branchc runs: the runs a store holds (bridge/runs.py) ---------------------------------------------------
+
+runs_app = typer.Typer(
+    help="Look at and end the runs a store holds (`branchc serve --store`): list, show, cancel, gc.",
+    no_args_is_help=True,
+)
+app.add_typer(runs_app, name="runs")
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="BRANCHC_STORE",
+        metavar="URL",
+        help="sqlite:///runs.db or redis://HOST:PORT/0. Default: the store `branchc serve --http` uses, runs.db in "
+        "$BRANCHC_STATE_DIR (~/.local/state/branchc).",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts) instead of tables.")]
+
+
+@contextlib.contextmanager
+def _runs_store(url: str | None) -> Iterator[Any]:
+    """The store, closed afterwards; every failure is one line on stderr and exit 1."""
+    from .bridge.runs import open_runs_store
+
+    store = None
+    try:
+        store = open_runs_store(url)
+        yield store
+    except (BranchcError, CliError, OSError) as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    finally:
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+
+
+def _span(seconds: float) -> str:
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{sign}{seconds / size:.0f}{unit}" if seconds >= 10 * size else f"{sign}{seconds / size:.1f}{unit}"
+    return f"{sign}{seconds:.0f}s"
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@runs_app.command("list")
+def runs_list(
+    store_url: StoreOption = None,
+    status: Annotated[str | None, typer.Option("--status", help="Only runs of this status (waiting, done...).")] = None,
+    tool_name: Annotated[str | None, typer.Option("--tool", help="Only runs of this tool.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Most runs shown, latest first.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """The runs in the store, latest first: tool, era, status, age, where each branch waits, what it asks."""
+    import time
+
+    from rich.table import Table
+
+    from .bridge.runs import describe
+    from .stores import STATUSES
+
+    with _runs_store(store_url) as store:
+        if status is not None and status not in STATUSES:
+            raise CliError(f"--status {status}: a run's status is one of {', '.join(STATUSES)}")
+        records = store.list(status=status, tool=tool_name, limit=limit)
+    now = time.time()
+    if as_json:
+        _print_json([describe(record, now) for record in records])
+        return
+    if not records:
+        err.print(f"no runs in {escape(store.url)}{' of that kind' if status or tool_name else ''}")
+        return
+    table = Table(title=f"runs in {escape(store.url)}", title_justify="left")
+    for column in ("run", "tool", "era", "status", "age", "expires in", "waits at", "pending"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        waits = "\n".join(
+            f"{w.function}:{w.line}" + (f" [dim]({w.branch})[/]" if w.branch != "0" else "") for w in record.meta.waits
+        )
+        pending = "\n".join(f"{p.get('kind', '?')}: {escape(str(p.get('summary', '')))}" for p in record.meta.pending)
+        table.add_row(
+            record.run_id[:12],
+            escape(record.tool),
+            escape(record.meta.era),
+            record.status,
+            _span(now - record.created),
+            _span(record.expires - now),
+            waits,
+            pending,
+        )
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
+    store_url: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Everything about one run: its metadata, where each branch waits (with the source line), its requests."""
+    from .bridge.runs import describe, find_run
+
+    with _runs_store(store_url) as store:
+        data = describe(find_run(store, run_id), sources=True)
+    if as_json:
+        _print_json(data)
+        return
+    out = Console(soft_wrap=True)
+    out.print(f"[bold]run {escape(data['run_id'])}[/]")
+    for label, key in (("tool", "tool"), ("status", "status"), ("era", "era"), ("build", "build")):
+        out.print(f"  {label + ':':10} {escape(str(data[key]))}")
+    out.print(
+        f"  {'age:':10} {_span(data['age'])} (updated {_span(data['age'] - (data['updated'] - data['created']))} ago)"
+    )
+    out.print(f"  {'expires:':10} in {_span(data['expires_in'])}")
+    out.print(
+        f"  {'saved:':10} {data['saved_bytes']} bytes, run format {data['run_format']}, version {data['version']}"
+    )
+    out.print(f"  {'code hash:':10} {escape(data['code_hash'])}")
+    extra = {k: v for k, v in data["extra"].items() if k not in ("build", "tool")}
+    if extra:
+        out.print(f"  {'extra:':10} {escape(json.dumps(extra, ensure_ascii=False))}")
+    out.print("[bold]waits[/]" if data["waits"] else "[bold]waits[/] none")
+    for wait in data["waits"]:
+        out.print(
+            f"  branch {escape(wait['branch'])}: {escape(wait['function'])} at {escape(wait['file'])}:{wait['line']}"
+        )
+        if wait["source"] is not None:
+            out.print(f"    [dim]{wait['line']:>5} |[/] {escape(wait['source'])}")
+    out.print("[bold]pending[/]" if data["pending"] else "[bold]pending[/] none")
+    for request in data["pending"]:
+        out.print(
+            f"  {escape(str(request.get('key')))} ({escape(str(request.get('kind')))}, branch "
+            f"{escape(str(request.get('branch')))}): {escape(str(request.get('summary', '')))}"
+        )
+
+
+@runs_app.command("cancel")
+def runs_cancel(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
+    store_url: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """End a waiting run as a server ends a cancelled call: its finally blocks run once, here; then no
+    server continues it. Needs the build it was served from (the record names it)."""
+    from .bridge.runs import cancel_run
+
+    with _runs_store(store_url) as store:
+        done = cancel_run(store, run_id)
+    logs = [list(entry) for entry in done.logs]
+    failure = None if done.cleanup_error is None else f"{type(done.cleanup_error).__name__}: {done.cleanup_error}"
+    if as_json:
+        ident = done.record.run_id if done.record is not None else run_id.strip()
+        _print_json(
+            {
+                "run_id": ident,
+                "status": "cancelled",
+                "logs": logs,
+                "cleanup_error": failure,
+                "damaged": done.damaged or None,
+            }
+        )
+    elif done.damaged:
+        err.print(f"[yellow]warning:[/] {escape(done.damaged)}")
+        err.print(f"deleted the damaged run {escape(run_id.strip())}; its finally blocks could not run")
+    else:
+        for entry in done.logs:
+            if entry[0] == "log":
+                err.print(f"[dim]log ({escape(str(entry[1]))}):[/] {escape(str(entry[2]))}")
+            else:
+                err.print(f"[dim]progress:[/] {escape(str(entry[1]))}")
+        err.print(f"cancelled run {escape(done.record.run_id)} ({escape(done.record.tool)})")
+    if failure is not None:
+        err.print(f"[red bold]error:[/] the run is cancelled, but its cleanup failed: {escape(failure)}")
+        raise typer.Exit(1)
+
+
+@runs_app.command("gc")
+def runs_gc(store_url: StoreOption = None, as_json: JsonOption = False) -> None:
+    """Delete the expired runs; print how many."""
+    with _runs_store(store_url) as store:
+        removed = store.gc()
+    if as_json:
+        _print_json({"removed": removed})
+    else:
+        print(f"removed {removed} expired run(s) from {store.url}")
 
 
 def main() -> None:
