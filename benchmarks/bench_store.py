@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from branchc.stores import RunMeta, RunRecord, WaitPoint
-from branchc.stores.redis import RedisStore
-from branchc.stores.sqlite import SQLiteStore
+from branchc.store import RunMeta, RunRecord, WaitPoint
+from branchc.store.redis import RedisStore
+from branchc.store.sqlite import SQLiteStore
 
 META = RunMeta(
     era="2026-07-28",

@@ -609,7 +609,7 @@ def runs_list(
     from rich.table import Table
 
     from .bridge.runs import describe
-    from .stores import STATUSES
+    from .store import STATUSES
 
     with _runs_store(store_url) as store:
         if status is not None and status not in STATUSES:

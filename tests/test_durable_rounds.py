@@ -28,7 +28,7 @@ from mcp import Client
 from branchc.bridge.durable import REF_PREFIX, default_store_url, serving_store, state_dir, tool_code_hash
 from branchc.bridge.loading import load_served_tools
 from branchc.bridge.server import create_server
-from branchc.stores import open_store
+from branchc.store import open_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 

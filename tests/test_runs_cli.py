@@ -26,7 +26,7 @@ from _bridge_support import KEY, free_port, listening
 from mcp import Client
 
 from branchc.bridge.runs import RunsError, cancel_run, find_run
-from branchc.stores import RunRecord, StaleRunError, open_store
+from branchc.store import RunRecord, StaleRunError, open_store
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 

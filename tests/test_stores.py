@@ -1,4 +1,4 @@
-"""The continuation store (branchc.stores): one contract over a real SQLite file and a real redis-server,
+"""The continuation store (branchc.store): one contract over a real SQLite file and a real redis-server,
 then what each backend adds (WAL and locks; TTLs, prefixes, a server stopped and started again)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
 
 from branchc.bridge.guided import GuidedFullError, GuidedRunTooLargeError, WaitingRun
 from branchc.bridge.waiting import StoreWaitingRuns
-from branchc.stores import (
+from branchc.store import (
     RunExistsError,
     RunMeta,
     RunNotFoundError,
@@ -31,8 +31,8 @@ from branchc.stores import (
     WaitPoint,
     open_store,
 )
-from branchc.stores.redis import RedisStore
-from branchc.stores.sqlite import SQLiteStore
+from branchc.store.redis import RedisStore
+from branchc.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason=SKIP_REASON)
@@ -243,7 +243,7 @@ def test_threads_sharing_a_store_never_lose_an_update(store):
 WORKER = textwrap.dedent(
     """
     import json, os, sys, time
-    from branchc.stores import StaleRunError, open_store
+    from branchc.store import StaleRunError, open_store
     url, run_id, tag, rounds, go = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
     store = open_store(url)
     store.load(run_id)
@@ -407,7 +407,7 @@ def test_sqlite_keeps_a_checkpoint_of_a_process_killed_right_after(tmp_path):
     code = textwrap.dedent(
         f"""
         import os, signal
-        from branchc.stores import RunRecord, open_store
+        from branchc.store import RunRecord, open_store
         store = open_store("sqlite:///{path}")
         record = store.create(RunRecord.new("t", "first", ttl=60, run_id="r1"))
         store.checkpoint("r1", 1, saved="second", status="running")

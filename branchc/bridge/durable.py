@@ -1,4 +1,4 @@
-"""Durable rounds: the 2026-07-28 era with a continuation store (branchc/stores/).
+"""Durable rounds: the 2026-07-28 era with a continuation store (branchc/store/).
 
 Without a store a round's `request_state` is the whole run, so a client may replay it (the same round
 runs again, or a run forks from an old round). With one, each round's run is checkpointed in the store,
@@ -49,8 +49,8 @@ from ..continuation.generator import suspended_at
 from ..runtime.machine import Machine
 from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
-from ..stores.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError, WaitPoint
-from ..stores.url import open_store
+from ..store.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError, WaitPoint
+from ..store.url import open_store
 from .results import error_result
 from .rounds import (
     AnswerError,

@@ -40,7 +40,7 @@ from mcp.server.request_state import RequestStateBoundary
 
 from ..runtime.limits import Limits
 from ..runtime.tool import Tool
-from ..stores.base import RunStore
+from ..store.base import RunStore
 from .durable import store_guided_runs
 from .guided import RESUME_TOOL, GuidedRuns
 from .loading import ServeLoadError, load_served_tools
@@ -72,7 +72,7 @@ def mount(
     them, a module of a build). The options are `branchc serve`'s: `state_key` (else `$BRANCHC_STATE_KEY`)
     and `state_ttl` seal the 2026-07-28 `request_state` on a lowlevel server that has no boundary yet;
     `limits`, `sampling`, `provider` and `guided` as in `create_server`; `store` (a RunStore,
-    `branchc.stores.open_store(url)`) as there too: 2026-07-28 rounds checkpointed in it (request_state a short
+    `branchc.store.open_store(url)`) as there too: 2026-07-28 rounds checkpointed in it (request_state a short
     run reference, each round exactly once) and guided runs waiting in it. Returns the Bridge (its `tools`).
     """
     lowlevel = _lowlevel(server)

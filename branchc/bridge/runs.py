@@ -21,7 +21,7 @@ from typing import Any
 from ..runtime.compiled import CompiledLoadError, import_build
 from ..runtime.errors import BranchcError
 from ..runtime.runstate import RunStateError, load_run
-from ..stores.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
+from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
 from .durable import check_code, serving_store
 
 __all__ = ["Cancelled", "RunsError", "cancel_run", "describe", "find_run", "open_runs_store", "source_text"]

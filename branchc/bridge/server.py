@@ -28,7 +28,7 @@ from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityEr
 from ..runtime.limits import Limits
 from ..runtime.messages import SampleResult
 from ..runtime.tool import Tool
-from ..stores.base import RunStore
+from ..store.base import RunStore
 from .backchannel import BackchannelClient, client_capabilities
 from .connection import connection_gone, ends_with_connection
 from .durable import DurableRounds, store_guided_runs

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from ..stores.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError
+from ..store.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError
 from .guided import DEFAULT_MAX_RUN_BYTES, GuidedFullError, GuidedRunTooLargeError, WaitingRun
 
 __all__ = ["StoreWaitingRuns"]
