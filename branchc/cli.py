@@ -491,6 +491,17 @@ def serve(
             "stdio, none.",
         ),
     ] = None,
+    executor_spec: Annotated[
+        str,
+        typer.Option(
+            "--executor",
+            envvar="BRANCHC_EXECUTOR",
+            metavar="SPEC",
+            help="Where branch steps run: inline (this process), process (a pool of this machine's cores; "
+            "process:N for N workers) or dask://HOST:PORT (a dask.distributed scheduler; pip install "
+            "'branchc[dask]'). Results and order are the same; ctx.all branches run in parallel.",
+        ),
+    ] = "inline",
 ) -> None:
     """Serve the tools in PATH to MCP clients, in both protocol eras."""
     from .bridge.durable import serving_store
@@ -498,9 +509,14 @@ def serve(
     from .bridge.provider import ChatCompletionsProvider
     from .bridge.server import create_server
     from .bridge.transport import serve_http, serve_stdio
+    from .executors import ExecutorSpecError, open_executor, parse_executor
 
-    store = None
+    store = executor = None
     try:
+        try:
+            spec = parse_executor(executor_spec)
+        except ExecutorSpecError as error:
+            raise CliError(f"--executor {error}") from None
         provider = None
         if sampling is not Sampling.client:
             if not provider_url or not provider_model:
@@ -510,6 +526,10 @@ def serve(
             provider = ChatCompletionsProvider(provider_url, provider_model, api_key=provider_key)
         tools = load_served_tools(path, guided=guided)
         store = serving_store(store_url, http=http is not None)
+        try:
+            executor = open_executor(spec)
+        except ExecutorSpecError as error:
+            raise CliError(f"--executor {spec}: {error}") from None
         server = create_server(
             tools,
             name=name,
@@ -523,8 +543,11 @@ def serve(
             guided_max_bytes=int(guided_max_mb * 2**20),
             answer_timeout=answer_timeout or None,
             store=store,
+            executor=executor,
         )
     except (BranchcError, CliError, ValueError) as error:
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
     try:
@@ -540,6 +563,8 @@ def serve(
         limits = {"max_message_size": int(max_message_mb * 2**20), "session_timeout": session_timeout or None}
         anyio.run(functools.partial(serve_http, server, host, int(port), **limits))
     finally:
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
         if store is not None:
             store.close()
 
@@ -547,7 +572,7 @@ def serve(
 # -- branchc runs: the runs a store holds (bridge/runs.py) ---------------------------------------------------
 
 runs_app = typer.Typer(
-    help="Look at and end the runs a store holds (`branchc serve --store`): list, show, cancel, gc.",
+    help="Look at, continue and end the runs a store holds (`branchc serve --store`): list, show, resume, cancel, gc.",
     no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
@@ -687,10 +712,61 @@ def runs_show(
         )
 
 
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Also take a run held by a process on another host (which cannot be checked from here)."
+    ),
+]
+
+
+@runs_app.command("resume")
+def runs_resume(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
+    responses: Annotated[
+        Path | None,
+        typer.Option("--responses", "-r", help="YAML file of scripted answers to what the run asks from here on."),
+    ] = None,
+    interactive: Annotated[
+        bool, typer.Option("--interactive", "-i", help="Answer each sample and elicit yourself.")
+    ] = False,
+    store_url: StoreOption = None,
+    force: ForceOption = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the result.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Continue a waiting run here, to its end: what it waits for is asked on the terminal (--interactive) or
+    answered from a responses file; then after() runs and the result (JSON) goes to stdout. The run is written
+    down at each suspension, so a resume that is killed can be resumed again. Needs the build it was served
+    from (the record names it)."""
+    from .bridge.results import describe_failure
+    from .bridge.runs import resume_run
+
+    with _runs_store(store_url) as store:
+        if interactive == (responses is not None):
+            raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
+        client = ConsoleClient(err) if interactive else _load_responses(responses)
+        observer = None if quiet else TimelinePrinter(err)
+        done = anyio.run(lambda: resume_run(store, run_id, client, force=force, on_event=observer))
+    ident = done.record.run_id if done.record is not None else run_id.strip()
+    if done.error is not None:
+        text = describe_failure(done.error)
+        if as_json:
+            _print_json({"run_id": ident, "status": done.record and done.record.status, "error": text})
+        err.print(f"[red bold]error:[/] {escape(text)}")
+        raise typer.Exit(1)
+    if as_json:
+        _print_json({"run_id": ident, "status": "done", "result": done.result})
+        return
+    err.print(f"[dim]run {escape(ident)} done[/]")
+    print(json.dumps(done.result, indent=2, ensure_ascii=False))
+
+
 @runs_app.command("cancel")
 def runs_cancel(
     run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
     store_url: StoreOption = None,
+    force: ForceOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """End a waiting run as a server ends a cancelled call: its finally blocks run once, here; then no
@@ -698,7 +774,7 @@ def runs_cancel(
     from .bridge.runs import cancel_run
 
     with _runs_store(store_url) as store:
-        done = cancel_run(store, run_id)
+        done = cancel_run(store, run_id, force=force)
     logs = [list(entry) for entry in done.logs]
     failure = None if done.cleanup_error is None else f"{type(done.cleanup_error).__name__}: {done.cleanup_error}"
     if as_json:

@@ -15,13 +15,19 @@ meta.response, meta.extra["answered"]). A call for round N then:
   response kept for retries until the run expires);
 - finds round N being answered (by another replica, or an earlier attempt of this call): the same
   answers wait for its response (up to `wait_for_round` seconds, then a "being answered, retry" error);
-  other answers are refused; a claim older than `lease` seconds (its server died mid-round) is taken over;
+  other answers are refused; a claim whose server died mid-round is taken over: at once when that server
+  was on this host (its pid is gone, bridge/holder.py), else once the claim is older than `lease` seconds;
 - finds round N answered already: the same answers get the stored response again (nothing runs twice,
   `after` included); other answers are refused;
 - finds the run past round N: refused, the run has moved on (an old request_state never forks a run).
 
 A round interrupted before its outcome is written (the client went away, the store failed) puts the
-run back to waiting for round N, so it can be sent again. What each record keeps for inspection
+run back to waiting for round N, so it can be sent again. A round that ran but whose last write the store
+could not take (it is down: StoreUnavailableError) keeps that write and retries it in a thread until the
+store answers (for up to `lease` seconds): its outcome, so the retried round gets the response and nothing
+runs twice (a final round's result is sent at once; a round that asks more answers with an error saying to
+send it again, as its request_state must not leave before the run is saved), or the release of its claim,
+so the round is not held up for the lease. What each record keeps for inspection
 (`branchc runs`): the era, the hash of the tool's compiled code (checked on load: a run saved by other
 code is refused, naming the run), where each branch waits, the pending requests, the build folder and
 the tool.
@@ -35,6 +41,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,8 +56,18 @@ from ..continuation.generator import suspended_at
 from ..runtime.machine import Machine
 from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
-from ..store.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError, WaitPoint
+from ..store.base import (
+    RunMeta,
+    RunNotFoundError,
+    RunRecord,
+    RunStore,
+    StaleRunError,
+    StoreError,
+    StoreUnavailableError,
+    WaitPoint,
+)
 from ..store.url import open_store
+from .holder import holder, holder_alive
 from .results import error_result
 from .rounds import (
     AnswerError,
@@ -69,6 +86,8 @@ __all__ = [
     "default_store_url",
     "run_meta",
     "serving_store",
+    "store_io",
+    "stored_response",
     "state_dir",
     "store_guided_runs",
     "tool_build",
@@ -107,6 +126,19 @@ def serving_store(url: str | None, *, http: bool) -> RunStore | None:
         folder.mkdir(parents=True, exist_ok=True)
         url = default_store_url()
     return open_store(url)
+
+
+STORE_THREADS = 8  # store calls at once, per process: writes queue up at the store anyway, and each thread
+# that ever called a store keeps memory (a connection's page cache, a malloc arena) long after
+_limiter: anyio.CapacityLimiter | None = None
+
+
+async def store_io(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, a synchronous store call, on a worker thread, at most STORE_THREADS at once."""
+    global _limiter
+    if _limiter is None:
+        _limiter = anyio.CapacityLimiter(STORE_THREADS)
+    return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=_limiter)
 
 
 # -- what a record says about its run --------------------------------------------------------------------
@@ -238,7 +270,7 @@ def answers_digest(responses: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _stored(response: Any) -> dict[str, Any]:
+def stored_response(response: Any) -> dict[str, Any]:
     kind = "input_required" if isinstance(response, types.InputRequiredResult) else "result"
     return {"kind": kind, "value": response.model_dump(mode="json", by_alias=True, exclude_none=True)}
 
@@ -281,9 +313,45 @@ class DurableRounds:
         self.wait_for_round = wait_for_round
         self.gc_every = 60.0  # seconds between sweeps of expired runs (expired ones are invisible meanwhile)
         self._next_gc = 0.0
+        self._later: dict[str, tuple[int, dict[str, Any], float]] = {}  # run -> (version, changes, give up at)
+        self._later_lock = threading.Lock()
+        self._later_thread: threading.Thread | None = None
+
+    def _write_later(self, run_id: str, version: int, changes: dict[str, Any]) -> None:
+        """A round's last write that the store could not take (it was down), retried in a thread until it
+        lands; dropped when the run moved on or is gone (the store lost it), or after `lease` seconds."""
+        with self._later_lock:
+            self._later[run_id] = (version, changes, time.monotonic() + self.lease)
+            if self._later_thread is None:
+                self._later_thread = threading.Thread(target=self._write_pending, name="branchc-store", daemon=True)
+                self._later_thread.start()
+
+    def _write_pending(self) -> None:
+        delay = 0.05
+        while True:
+            time.sleep(delay)
+            with self._later_lock:
+                pending = list(self._later.items())
+                if not pending:
+                    self._later_thread = None
+                    return
+            waiting = False
+            for run_id, (version, changes, give_up) in pending:
+                try:
+                    self.store.checkpoint(run_id, version, **changes)
+                except StoreUnavailableError:
+                    if time.monotonic() < give_up:
+                        waiting = True
+                        continue
+                except StoreError:
+                    pass  # moved on (a claim taken over), gone, or damaged: nothing of this round's left to write
+                with self._later_lock:
+                    if self._later.get(run_id, (None,))[0] == version:
+                        del self._later[run_id]
+            delay = min(delay * 2, 1.0) if waiting else 0.05
 
     async def _io(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        return await store_io(fn, *args, **kwargs)
 
     async def run_round(
         self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, params: types.CallToolRequestParams
@@ -323,13 +391,19 @@ class DurableRounds:
             record = await self._io(self.store.load, run_id)
             if record is None:
                 raise AnswerError(
-                    f"run {run_id!r} is not in the store: it ended and expired, was cancelled, or expired "
-                    f"(runs are kept {self.ttl:.0f} s after their last round); call the tool again to start over"
+                    f"run {run_id!r} is not in the store: it ended and expired, was cancelled, expired (runs are "
+                    f"kept {self.ttl:.0f} s after their last round), or the store lost it (a Redis restarted "
+                    f"without persistence, a store file replaced); call the tool again to start over"
                 )
             if record.tool != tool.name:
                 raise AnswerError(f"this request_state belongs to tool {record.tool!r}, not {tool.name!r}")
             extra = record.meta.extra
             claim = extra.get("claim") or {}
+            if record.status == "waiting" and extra.get("held"):
+                raise AnswerError(
+                    f"run {run_id!r} is being continued by `branchc runs resume` ({extra['held'].get('pid')} on "
+                    f"{extra['held'].get('host')}); it goes on there"
+                )
             if record.status == "waiting" and extra.get("round") == number:
                 outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
                 if outcome is not None:
@@ -341,7 +415,9 @@ class DurableRounds:
                         f"round {number} of run {run_id!r} is being answered with other answers; "
                         f"an answered round cannot be answered again differently"
                     )
-                if time.time() - float(claim.get("at", 0)) > self.lease:
+                if time.time() - float(claim.get("at", 0)) > self.lease or (
+                    claim.get("pid") and holder_alive(claim) is False
+                ):
                     outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
                     if outcome is not None:
                         return outcome
@@ -396,21 +472,21 @@ class DurableRounds:
             with released_unless_fed(machine):  # refused answers: nothing written, the round can be sent again
                 check_answered(machine, responses.keys(), "input_responses")
                 answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
-                claim = {"round": number, "digest": digest, "at": time.time()}
+                claim = {**holder(), "round": number, "digest": digest, "at": time.time()}
                 meta = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": claim})
                 claimed = await self._io(
                     self.store.checkpoint, record.run_id, record.version, status="running", meta=meta
                 )
         except (StaleRunError, RunNotFoundError):
             return None
-        saved = False
+        saved = deferred = False
 
         async def ready() -> tuple[Any, Machine]:
             feed(machine, answers)
             return handoff, machine
 
         async def again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
-            nonlocal saved
+            nonlocal saved, deferred
             asked = _input_requests(ctx, machine)
             if asked is None:
                 return None
@@ -420,7 +496,7 @@ class DurableRounds:
                 tool,
                 machine,
                 answers_digest=digest,
-                response=_stored(response),
+                response=stored_response(response),
                 extra={"round": number + 1, "answered": number},
             )
             text = dump_run(handoff, machine)
@@ -440,6 +516,15 @@ class DurableRounds:
                     f"round {number} of run {record.run_id!r} was taken over by another server while it ran here "
                     f"(its claim outlived {self.lease:.0f} s); send the same round again for that server's result"
                 ) from None
+            except StoreUnavailableError as error:
+                changes = {"status": "waiting", "saved": text, "meta": meta, "expires": expires}
+                self._write_later(record.run_id, claimed.version, changes)
+                deferred = True
+                raise AnswerError(
+                    f"round {number} of run {record.run_id!r} ran, but the store could not save its outcome: {error}. "
+                    f"The outcome is kept and saved as soon as the store answers: send the same round again (the "
+                    f"same request_state and answers) to get its result; it does not run again"
+                ) from None
             saved = True
             return response
 
@@ -448,12 +533,17 @@ class DurableRounds:
             outcome = await guarded(ready(), again, bridge, ctx, tool, resumable=True)
             finished = machine.done
         finally:
-            if not saved and not finished:
-                with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+            if not saved and not finished and not deferred:
+                with anyio.CancelScope(shield=True):
                     # interrupted before its outcome was written: the run waits for this round again
-                    await self._io(
-                        self.store.checkpoint, record.run_id, claimed.version, status="waiting", meta=record.meta
-                    )
+                    try:
+                        await self._io(
+                            self.store.checkpoint, record.run_id, claimed.version, status="waiting", meta=record.meta
+                        )
+                    except StoreUnavailableError:
+                        self._write_later(record.run_id, claimed.version, {"status": "waiting", "meta": record.meta})
+                    except StoreError:
+                        pass
         if saved:
             return outcome
         status = "failed" if outcome.is_error else "done"
@@ -462,17 +552,13 @@ class DurableRounds:
             waits=(),
             pending=(),
             answers_digest=digest,
-            response=_stored(outcome),
+            response=stored_response(outcome),
             extra={k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round")} | {"answered": number},
         )
+        changes = {"status": status, "saved": "", "meta": meta, "expires": time.time() + self.ttl}
         with anyio.CancelScope(shield=True), contextlib.suppress(StaleRunError, RunNotFoundError):
-            await self._io(
-                self.store.checkpoint,
-                record.run_id,
-                claimed.version,
-                status=status,
-                saved="",
-                meta=meta,
-                expires=time.time() + self.ttl,
-            )
+            try:
+                await self._io(self.store.checkpoint, record.run_id, claimed.version, **changes)
+            except StoreUnavailableError:  # the result is sent; a retry of this round gets it once the store answers
+                self._write_later(record.run_id, claimed.version, changes)
         return outcome

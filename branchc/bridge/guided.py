@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import anyio
 import mcp.types as types
 from mcp.server import ServerRequestContext
 from pydantic import BaseModel, ValidationError
@@ -51,6 +52,7 @@ from ..runtime.machine import Machine, Request
 from ..runtime.messages import Message
 from ..runtime.runstate import dump_run, load_run
 from ..runtime.tool import Tool
+from .durable import store_io
 from .elicitation import form_schema
 from .results import error_result
 from .rounds import AnswerError, check_answered, feed, guarded, released_unless_fed, start_run
@@ -268,14 +270,23 @@ class GuidedRuns:
         self.describe: Any = None
         self.check: Any = None
 
-    def keep(self, tool: str, handoff: Any, machine: Machine, *, new: bool = True, taken: str | None = None) -> str:
+    async def io(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A call of the waiting runs' store: on a worker thread when it blocks (a continuation store: file or
+        network), so the event loop serves other calls meanwhile; in place for the in-memory one."""
+        if getattr(self.store, "blocking", False):
+            return await store_io(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    async def keep(
+        self, tool: str, handoff: Any, machine: Machine, *, new: bool = True, taken: str | None = None
+    ) -> str:
         meta = self.describe(machine) if self.describe is not None else None
         saved = WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl, meta)
-        return self.store.keep(saved, new=new, taken=taken)
+        return await self.io(self.store.keep, saved, new=new, taken=taken)
 
-    def take(self, ident: Any) -> WaitingRun:
+    async def take(self, ident: Any) -> WaitingRun:
         """The waiting run, which no longer waits under `ident`."""
-        found = self.store.take(ident) if isinstance(ident, str) else None
+        found = await self.io(self.store.take, ident) if isinstance(ident, str) else None
         if found is None:
             raise AnswerError(
                 f"state_id {ident!r} is unknown, already used or expired (runs wait {self.ttl:.0f} s); "
@@ -285,7 +296,7 @@ class GuidedRuns:
 
     async def start(self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel) -> Any:
         try:
-            self.store.admit()  # refused before before() runs: nothing of the tool has happened
+            await self.io(self.store.admit)  # refused before before() runs: nothing of the tool has happened
         except GuidedFullError as error:
             return error_result(str(error))
         return await guarded(start_run(bridge, ctx, tool, model, check=False), self._ask_new, bridge, ctx, tool)
@@ -294,7 +305,7 @@ class GuidedRuns:
         arguments = arguments or {}
         ident = arguments.get("state_id")
         try:
-            waiting = self.take(ident)
+            waiting = await self.take(ident)
         except AnswerError as error:
             return error_result(str(error))
         # taken, the run keeps its place in the store until this round settles it: put back (answers
@@ -305,7 +316,7 @@ class GuidedRuns:
             try:
                 self.check(ident, waiting, tool)
             except BranchcError as error:  # saved by other code: it waits on, for a server that has that code
-                self.store.put_back(ident, waiting)
+                await self.io(self.store.put_back, ident, waiting)
                 return error_result(str(error))
 
         async def restored() -> tuple[Any, Machine]:
@@ -321,24 +332,25 @@ class GuidedRuns:
             except AnswerError as error:
                 # nothing was fed: the run still waits under its state id, for answers that fit
                 settled = True
-                self.store.put_back(ident, waiting)
+                await self.io(self.store.put_back, ident, waiting)
                 still = f"(the run still waits: call {RESUME_TOOL} again with this state_id)"
                 raise AnswerError(f"{error}\n{still}") from None
             return handoff, machine
 
-        def ask_again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
-            return self._ask(ctx, handoff, machine, taken=ident)  # keep() takes the place over, or ends it
+        async def ask_again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
+            return await self._ask(ctx, handoff, machine, taken=ident)  # keep() takes the place over, or ends it
 
         try:
             return await guarded(restored(), ask_again, bridge, ctx, tool)
         finally:
             if not settled:  # put back, the id may already be taken again, by another round: not ours to end
-                self.store.release(ident)
+                with anyio.CancelScope(shield=True):
+                    await self.io(self.store.release, ident)
 
-    def _ask_new(self, ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
-        return self._ask(ctx, handoff, machine, new=True)
+    async def _ask_new(self, ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
+        return await self._ask(ctx, handoff, machine, new=True)
 
-    def _ask(
+    async def _ask(
         self,
         ctx: ServerRequestContext,
         handoff: Any,
@@ -353,7 +365,7 @@ class GuidedRuns:
         under (its place is taken over). Past a cap the store raises: guarded() halts the run (its
         cleanup runs once) and the call is a tool error that says why."""
         requests = [_describe(request) for request in machine.pending]
-        state_id = self.keep(machine.tool, handoff, machine, new=new, taken=taken)
+        state_id = await self.keep(machine.tool, handoff, machine, new=new, taken=taken)
         guide = {
             "status": "waiting_for_answers",
             "tool": machine.tool,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -64,6 +65,7 @@ def mount(
     provider: ChatCompletionsProvider | None = None,
     guided: bool = False,
     store: RunStore | None = None,
+    executor: Executor | None = None,
 ) -> Bridge:
     """Serve branchc `tools` from `server` (an `MCPServer` or a lowlevel `Server`) beside its own.
 
@@ -73,7 +75,9 @@ def mount(
     and `state_ttl` seal the 2026-07-28 `request_state` on a lowlevel server that has no boundary yet;
     `limits`, `sampling`, `provider` and `guided` as in `create_server`; `store` (a RunStore,
     `branchc.store.open_store(url)`) as there too: 2026-07-28 rounds checkpointed in it (request_state a short
-    run reference, each round exactly once) and guided runs waiting in it. Returns the Bridge (its `tools`).
+    run reference, each round exactly once) and guided runs waiting in it; `executor` (a `concurrent.futures`
+    executor, `branchc.executors.open_executor(spec)`) where sub-branch steps run, as there too. Returns the
+    Bridge (its `tools`).
     """
     lowlevel = _lowlevel(server)
     found = _tools(tools, guided)
@@ -99,6 +103,7 @@ def mount(
         guided_runs=runs,
         store=store,
         state_ttl=state_ttl,
+        executor=executor,
     )
     ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set())
     own_list = lowlevel.get_request_handler("tools/list")

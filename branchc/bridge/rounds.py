@@ -29,7 +29,7 @@ from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import BaseModel
 
-from ..runtime.driver import server_phase
+from ..runtime.driver import advance, server_phase
 from ..runtime.errors import BranchcError, ClientAnswerError, MissingCapabilityError, ToolPhaseError
 from ..runtime.jsondata import check_phase_data
 from ..runtime.machine import Machine, Request
@@ -118,9 +118,10 @@ async def guarded(
     try:
         try:
             handoff, machine = await started
+            machine.executor = getattr(bridge, "executor", None)  # sub-branch steps run there (steps.py)
             provider = bridge.sampler(ctx)
             while True:
-                machine.advance()
+                await advance(machine)
                 await _send_outbox(ctx, tool, machine)
                 if machine.done:
                     break

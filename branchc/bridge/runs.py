@@ -8,6 +8,11 @@ waiting run the way a server ends a cancelled call: its saved run is loaded from
 the tool's code changed since, as a server refuses it), the record is marked "cancelled" by a
 compare-and-swap, so no server continues it afterwards, and only then is the run halted, so the
 `finally` blocks of the tool's code run once, here; what they log is handed back.
+
+Resuming continues a waiting run here, to its end, with answers from a client (the terminal, a responses
+file): the record is marked as held by this process (held.py), written down at every suspension, and says
+how the run ended. A run held by a process that still runs (a handshake-era server waiting on its client,
+another `runs resume`) is neither resumed nor cancelled; one held on another host only with `force`.
 """
 
 from __future__ import annotations
@@ -15,16 +20,31 @@ from __future__ import annotations
 import dataclasses
 import linecache
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..runtime.client import Client
 from ..runtime.compiled import CompiledLoadError, import_build
-from ..runtime.errors import BranchcError
+from ..runtime.driver import Event, resume_tool
+from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityError, RunTakenOverError
 from ..runtime.runstate import RunStateError, load_run
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
-from .durable import check_code, serving_store
+from .durable import check_code, serving_store, stored_response
+from .held import HeldRun
+from .holder import describe_holder, holder_alive
+from .results import describe_failure, error_result, result_of
 
-__all__ = ["Cancelled", "RunsError", "cancel_run", "describe", "find_run", "open_runs_store", "source_text"]
+__all__ = [
+    "Cancelled",
+    "RunsError",
+    "cancel_run",
+    "describe",
+    "find_run",
+    "open_runs_store",
+    "resume_run",
+    "source_text",
+]
 
 ENDED = ("done", "failed", "cancelled")
 SCAN = 100_000  # most runs a prefix is looked up among
@@ -111,9 +131,10 @@ class Cancelled:
     damaged: str = ""  # the record could not be read (StoreDataError): it was deleted, its cleanup never ran
 
 
-def cancel_run(store: RunStore, ident: str) -> Cancelled:
+def cancel_run(store: RunStore, ident: str, *, force: bool = False) -> Cancelled:
     """End the waiting run `ident` (an id or a unique prefix) as a server ends a cancelled call (see the
-    module's doc). A record so damaged that it cannot be read is deleted (what the store's error advises)."""
+    module's doc). A record so damaged that it cannot be read is deleted (what the store's error advises).
+    `force`: also a run held by a process on another host, which this one cannot see."""
     try:
         record = find_run(store, ident)
     except StoreDataError as error:
@@ -124,20 +145,17 @@ def cancel_run(store: RunStore, ident: str) -> Cancelled:
     run = record.run_id
     if record.status in ENDED:
         raise RunsError(f"run {run!r} has ended ({record.status}): there is nothing to cancel")
-    if record.status == "running":
-        raise RunsError(
-            f"run {run!r} is being answered by a server right now; cancel it when its round has ended "
-            f"(it then waits again, or has ended)"
-        )
+    _check_not_answered(record, force, "cancel")
     if not record.saved:
         raise RunsError(f"run {run!r} holds no saved run to cancel")
+    _check_not_held(record, force, "cancel")
     tool = _tool(record)
     check_code(run, record.meta, tool)
     try:
         _, machine = load_run(record.saved)
     except RunStateError as error:
         raise RunsError(f"stored run {run!r} cannot be loaded to cancel it: {error}") from None
-    extra = {k: v for k, v in record.meta.extra.items() if k != "claim"} | {"cancelled": time.time()}
+    extra = {k: v for k, v in record.meta.extra.items() if k not in ("claim", "held")} | {"cancelled": time.time()}
     meta = dataclasses.replace(record.meta, waits=(), pending=(), extra=extra)
     try:
         ended = store.checkpoint(run, record.version, status="cancelled", saved="", meta=meta)
@@ -153,6 +171,99 @@ def cancel_run(store: RunStore, ident: str) -> Cancelled:
     except Exception as error:
         failure = error
     return Cancelled(ended, machine.take_outbox(), failure)
+
+
+def _check_not_answered(record: RunRecord, force: bool, what: str) -> None:
+    """Refuse a run a server is answering a round of, unless that server is gone (its claim's holder: dead on
+    this host, or with `force` on another): then the run waits where it was before that round."""
+    if record.status != "running":
+        return
+    claim = record.meta.extra.get("claim") or {}
+    alive = holder_alive(claim) if claim.get("pid") else True
+    if alive is False or (alive is None and force):
+        return
+    where = f" ({describe_holder(claim)})" if claim.get("pid") else ""
+    hint = "; if that server is gone, add --force" if alive is None else ""
+    raise RunsError(
+        f"run {record.run_id!r} is being answered by a server right now{where}; {what} it when its round has "
+        f"ended (it then waits again, or has ended){hint}"
+    )
+
+
+def _check_not_held(record: RunRecord, force: bool, what: str) -> None:
+    """Refuse to take a run its holder still holds: alive on this host, or (without `force`) on another."""
+    held = record.meta.extra.get("held")
+    if not held:
+        return
+    alive = holder_alive(held)
+    run, who = record.run_id, describe_holder(held)
+    if alive:
+        raise RunsError(
+            f"run {run!r} is held by {who}, which still runs (a server waiting on its client, or a `branchc runs "
+            f"resume`); answer it there, or stop that process first"
+        )
+    if alive is None and not force:
+        raise RunsError(
+            f"run {run!r} is held by {who}, another host, which cannot be checked from here; if that process is "
+            f"gone, {what} again with --force (were it alive, it would stop at its next suspension)"
+        )
+
+
+@dataclasses.dataclass
+class Resumed:
+    """A resumed run's end: its record now, and the tool's result (after() ran) or the error it ended with."""
+
+    record: RunRecord | None
+    result: Any = None
+    error: BranchcError | None = None
+
+
+async def resume_run(
+    store: RunStore,
+    ident: str,
+    client: Client,
+    *,
+    force: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> Resumed:
+    """Continue the waiting run `ident` (an id or a unique prefix) here, to its end, asking `client` what it
+    waits for (see the module's doc). RunsError when it cannot be taken; what the run ends with otherwise."""
+    record = find_run(store, ident)
+    run = record.run_id
+    if record.status in ENDED:
+        raise RunsError(f"run {run!r} has ended ({record.status}): only a waiting run can be resumed")
+    _check_not_answered(record, force, "resume")
+    if not record.saved:
+        raise RunsError(f"run {run!r} holds no saved run to resume")
+    _check_not_held(record, force, "resume")
+    tool = _tool(record)
+    check_code(run, record.meta, tool)
+    held = HeldRun(store, tool, record.meta.era, record=record)
+    try:
+        await held.take()
+    except RunTakenOverError:
+        raise RunsError(
+            f"run {run!r} moved on meanwhile (a server continued, ended or cancelled it); nothing was resumed: "
+            f"look at it again with `branchc runs show {run}`"
+        ) from None
+    try:
+        value = await resume_tool(tool, record.saved, client, on_event=on_event, checkpoint=held)
+    except RunTakenOverError as error:
+        raise RunsError(str(error)) from None
+    except (MissingCapabilityError, RunStateError) as error:
+        await held.let_go()  # refused before anything of the run moved: it waits on, as it was
+        raise RunsError(f"run {run!r} cannot be resumed here: {error}") from None
+    except InputClosedError as error:  # the driver halted the run: its finally blocks ran, here
+        await held.end("cancelled", stored_response(error_result(str(error))))
+        return Resumed(held.record, error=error)
+    except BranchcError as error:
+        await held.end("failed", stored_response(error_result(describe_failure(error))))
+        return Resumed(held.record, error=error)
+    except BaseException:
+        await held.end("cancelled", None)  # interrupted: the driver halted the run, its finally blocks ran
+        raise
+    await held.end("done", stored_response(result_of(value)))
+    return Resumed(held.record, value)
 
 
 def _tool(record: RunRecord) -> Any:

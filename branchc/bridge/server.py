@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from typing import Any
 
 import anyio
@@ -23,16 +24,23 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..runtime.client import ElicitRequest, SampleRequest
-from ..runtime.driver import run_tool
-from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityError, ParamsError
+from ..runtime.driver import is_compiled_tool, run_tool
+from ..runtime.errors import (
+    BranchcError,
+    InputClosedError,
+    MissingCapabilityError,
+    ParamsError,
+    RunTakenOverError,
+)
 from ..runtime.limits import Limits
 from ..runtime.messages import SampleResult
 from ..runtime.tool import Tool
 from ..store.base import RunStore
 from .backchannel import BackchannelClient, client_capabilities
 from .connection import connection_gone, ends_with_connection
-from .durable import DurableRounds, store_guided_runs
+from .durable import DurableRounds, store_guided_runs, stored_response
 from .guided import RESUME_TOOL, GuidedRuns, MemoryWaitingRuns, guided_output_schema, resume_tool
+from .held import HeldRun
 from .loglevel import set_logging_level
 from .provider import ChatCompletionsProvider, SamplingMode
 from .results import describe_failure, error_result, result_of
@@ -58,6 +66,7 @@ class Bridge:
         answer_timeout: float | None = None,
         store: RunStore | None = None,
         state_ttl: float = 600,
+        executor: Executor | None = None,
     ) -> None:
         if sampling != "client" and provider is None:
             raise ValueError(f"sampling={sampling!r} needs a provider: give the model endpoint's URL and model")
@@ -70,6 +79,7 @@ class Bridge:
         self.answer_timeout = answer_timeout  # seconds a client may take to answer a sample or form (None: no limit)
         self.store = store  # 2026-07-28 rounds checkpointed there, request_state a run reference (durable.py)
         self.durable = DurableRounds(store, ttl=state_ttl) if store is not None else None
+        self.executor = executor  # where sub-branch steps run (branchc.executors); None: in this process
         if guided and RESUME_TOOL in self.tools:
             raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
 
@@ -113,7 +123,8 @@ class Bridge:
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         if self.guided is not None:
-            self.guided.store.sweep()  # runs that expired are let go of, whether or not they are asked for
+            # runs that expired are let go of, whether or not they are asked for
+            await self.guided.io(self.guided.store.sweep)
         if self.guided is not None and params.name == RESUME_TOOL:
             return await self.guided.resume(self, ctx, params.arguments)
         tool = self.tools.get(params.name)
@@ -128,6 +139,7 @@ class Bridge:
             return await self.guided.start(self, ctx, tool, model)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await run_round(self, ctx, tool, model, params)
+        held = HeldRun(self.store, tool, ctx.protocol_version or "") if self.store and is_compiled_tool(tool) else None
         try:
             value = await run_tool(
                 tool,
@@ -135,14 +147,30 @@ class Bridge:
                 _WatchedClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout),
                 limits=self.limits,
                 call_id=str(ctx.request_id),
+                checkpoint=held,  # with a store, the run is written down before each request it asks
+                executor=self.executor,
             )
         except MissingCapabilityError:  # the same words as the 2026-07-28 era's (rounds.missing_capability)
             return error_result(str(missing_capability(tool, tool.requires - self.offered(ctx))))
+        except RunTakenOverError as error:  # `branchc runs` resumed or cancelled it: it goes on (or ended) there
+            return error_result(f"{tool.name}: {error}")
         except BranchcError as error:
             if connection_gone(ctx):  # nobody reads this: the run was halted, its finally blocks ran
-                return error_result(f"{tool.name}: the client's connection closed; the run was cancelled")
-            return error_result(describe_failure(error))
-        return result_of(value)
+                result = error_result(f"{tool.name}: the client's connection closed; the run was cancelled")
+                status = "cancelled"
+            else:
+                result, status = error_result(describe_failure(error)), "failed"
+            if held is not None:
+                await held.end(status, stored_response(result))
+            return result
+        except BaseException:
+            if held is not None:  # the call was cancelled: the driver halted the run, its finally blocks ran
+                await held.end("cancelled", None)
+            raise
+        result = result_of(value)
+        if held is not None:
+            await held.end("done", stored_response(result))
+        return result
 
 
 class _WatchedClient(BackchannelClient):
@@ -198,6 +226,7 @@ def create_server(
     answer_timeout: float | None = None,
     store: RunStore | None = None,
     guided_store: RunStore | None = None,
+    executor: Executor | None = None,
 ) -> Server:
     """The lowlevel SDK server for `tools`, with the request-state boundary in place. Guided mode's
     waiting runs expire after `guided_ttl` seconds; at most `guided_max_runs` runs, holding at most
@@ -208,7 +237,10 @@ def create_server(
     `store` (a RunStore, `stores.open_store(url)`): 2026-07-28 rounds are checkpointed there before they
     leave, `request_state` is a short run reference and each round runs exactly once (durable.py); guided
     runs wait there too (or in `guided_store` when given), under the same caps. None: today's stateless
-    rounds (request_state is the whole sealed run) and guided runs in this process's memory."""
+    rounds (request_state is the whole sealed run) and guided runs in this process's memory.
+
+    `executor` (a `concurrent.futures.Executor`, `branchc.executors.open_executor(spec)`): the steps of
+    sub-branches run there, in parallel, in every era; the caller shuts it down. None: in this process."""
     runs = None
     if guided:
         held = guided_store if guided_store is not None else store
@@ -231,6 +263,7 @@ def create_server(
         answer_timeout=answer_timeout,
         store=store,
         state_ttl=state_ttl,
+        executor=executor,
     )
     with warnings.catch_warnings():  # logging is deprecated in 2026-07-28 (SEP-2577), yet the handshake era has it
         warnings.simplefilter("ignore", MCPDeprecationWarning)

@@ -15,6 +15,8 @@ from .server import EPHEMERAL_KEY_WARNING
 
 __all__ = ["serve_http", "serve_stdio"]
 
+KEEP_ALIVE = 30  # seconds an idle HTTP connection stays open
+
 
 def _quiet() -> None:
     # Sampling is deprecated in 2026-07-28 (SEP-2577) but is what the handshake era speaks.
@@ -48,5 +50,9 @@ async def serve_http(
         host=host, max_request_body_size=max_message_size, session_idle_timeout=session_timeout
     )
     app = ClientWatch(sdk_app, max_message_size)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    # an idle connection is kept longer than clients keep theirs (httpx: 5 s), so a client never sends a request
+    # on a connection this server is closing at that moment (the request would fail, not be retried)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE
+    )
     await uvicorn.Server(config).serve()

@@ -26,6 +26,8 @@ HELD = ("waiting", "running")
 class StoreWaitingRuns:
     """WaitingRuns over a RunStore, with MemoryWaitingRuns' caps and messages."""
 
+    blocking = True  # its calls wait on a file or the network: GuidedRuns makes them on a worker thread
+
     def __init__(
         self, store: RunStore, max_runs: int = 1000, max_bytes: int = 256 * 2**20, max_run_bytes: int | None = None
     ) -> None:
@@ -91,8 +93,8 @@ class StoreWaitingRuns:
     def take(self, ident: str) -> WaitingRun | None:
         self.sweep()
         record = self.store.load(ident)
-        if record is None or record.status != "waiting":
-            return None
+        if record is None or record.status != "waiting" or record.meta.extra.get("held"):
+            return None  # unknown, expired, taken, or being continued by `branchc runs resume`
         try:
             self.store.checkpoint(ident, record.version, status="running")
         except (StaleRunError, RunNotFoundError):

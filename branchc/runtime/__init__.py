@@ -36,19 +36,22 @@ from .tool import Tool, resumable, tool
 
 
 def _register_data_types() -> None:
-    """The runtime's data (messages, results, run state) may travel in any snapshot."""
+    """The runtime's data (messages, results, run state) may travel in any snapshot; so may its effects and
+    errors, which a branch step run elsewhere yields, raises or is thrown (steps.py)."""
     import dataclasses
     from enum import Enum
 
     from pydantic import BaseModel
 
     from ..continuation.registry import register_value_types
-    from . import client, context, elicit, limits, machine, messages
+    from . import client, context, effects, elicit, errors, limits, machine, messages
 
     def data(value: object) -> bool:
-        return isinstance(value, type) and (issubclass(value, (BaseModel, Enum)) or dataclasses.is_dataclass(value))
+        return isinstance(value, type) and (
+            issubclass(value, (BaseModel, Enum, Exception)) or dataclasses.is_dataclass(value)
+        )
 
-    for module in (client, context, elicit, limits, machine, messages):
+    for module in (client, context, effects, elicit, errors, limits, machine, messages):
         register_value_types(*(v for v in vars(module).values() if data(v) and v.__module__ == module.__name__))
 
 

@@ -16,7 +16,8 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Executor
+from typing import Any, Protocol
 
 import anyio
 from pydantic import BaseModel
@@ -24,16 +25,35 @@ from pydantic import BaseModel
 from ..continuation.errors import NotSerializableError
 from .client import Client
 from .context import BranchState
-from .errors import InputClosedError, MissingCapabilityError, ToolDefinitionError, ToolPhaseError
+from .errors import (
+    InputClosedError,
+    MissingCapabilityError,
+    RunTakenOverError,
+    ToolDefinitionError,
+    ToolPhaseError,
+)
 from .jsondata import check_phase_data
 from .limits import Limits
 from .machine import Machine, Request
 from .runstate import RunStateError, dump_run, load_run
+from .steps import StepElsewhereError
 from .tool import Tool
 
-__all__ = ["Event", "run_tool"]
+__all__ = ["Checkpoint", "Event", "RunTakenOverError", "resume_tool", "run_tool"]
 
 Event = dict[str, Any]
+
+
+class Checkpoint(Protocol):
+    """Where a durable driver writes its run down (a store: bridge/held.py). Either call raising
+    RunTakenOverError ends this copy of the run without its cleanup: another process holds it now."""
+
+    async def saved(self, text: str, machine: Machine) -> None:
+        """The run's JSON text (runstate.dump_run) at a suspension, before any request of it is asked."""
+
+    async def answering(self) -> None:
+        """An answer arrived: called before the run moves on with it, so a run taken over meanwhile does not."""
+
 
 CLEANUP_SEND_TIMEOUT = 5.0  # what a halted run's last logs may take to send, all together
 
@@ -47,6 +67,8 @@ async def run_tool(
     call_id: str | None = None,
     on_event: Callable[[Event], None] | None = None,
     portable: bool = False,
+    checkpoint: Checkpoint | None = None,
+    executor: Executor | None = None,
 ) -> Any:
     """Run `tool` with `params` against `client`; return after()'s result.
 
@@ -56,23 +78,80 @@ async def run_tool(
     `portable`: at every suspension the run is saved as JSON text (runstate.dump_run), let go of,
     and continued from that text, as the 2026-07-28 era does between rounds; a value that cannot
     travel fails here, naming the variable and the line. Needs a compiled tool (runtime/compiled.py).
+    `checkpoint`: told the run's text at every suspension, before its requests are asked, and told of each
+    answer before the run moves on with it (a store keeps the run, so it outlives this process); needs a
+    compiled tool too.
+    `executor`: the steps of sub-branches run there, in parallel, with the same results, requests and
+    order as without it (machine.py, steps.py); needs a compiled tool too.
     """
     if tool.client_fn is None:
         raise ToolDefinitionError(
             f"tool {tool.name!r} has no client phase; decorate a generator with @{tool.name}.client"
         )
-    if portable and getattr(tool.client_fn, "__branchc_meta__", None) is None:
+    if (portable or checkpoint is not None) and not is_compiled_tool(tool):
         raise ToolDefinitionError(
             f"tool {tool.name!r}: a portable run needs the tool compiled (its client {tool.client_fn.__qualname__} "
             f"is not); load it with branchc.runtime.compiled.load_compiled_tool"
         )
+    if executor is not None and not is_compiled_tool(tool):
+        raise ToolDefinitionError(
+            f"tool {tool.name!r}: branch steps run on an executor as snapshots, so the tool must be compiled (its "
+            f"client {tool.client_fn.__qualname__} is not); load it with branchc.runtime.compiled.load_compiled_tool"
+        )
     model = tool.validate_params(params)
+    _check_capabilities(tool, client)
+    run = _Run(tool, client, call_id or os.urandom(6).hex(), tool.limits.tighten(limits), on_event, portable)
+    run.checkpoint = checkpoint
+    run.executor = executor
+    return await run.run(model)
+
+
+async def resume_tool(
+    tool: Tool,
+    saved: str,
+    client: Client,
+    *,
+    on_event: Callable[[Event], None] | None = None,
+    checkpoint: Checkpoint | None = None,
+    executor: Executor | None = None,
+) -> Any:
+    """Continue the run saved as `saved` (runstate.dump_run's text, at a suspension) against `client`: the
+    rest of its client phase, then after(); return after()'s result. The run keeps the limits and call id
+    it was saved with. RunStateError when the text is not a run this tool's code can continue."""
+    handoff, machine = load_run(saved, emit=on_event and _Run.emit_to(on_event))
+    if machine.tool != tool.name:
+        machine.release()
+        raise RunStateError(f"the saved run belongs to tool {machine.tool!r}, not {tool.name!r}")
+    try:
+        _check_capabilities(tool, client)
+    except MissingCapabilityError:
+        machine.release()  # the run stays where it was saved; nothing of it ran here
+        raise
+    run = _Run(tool, client, machine.call_id, machine.limits, on_event)
+    run.checkpoint = checkpoint
+    run.executor = executor
+    return await run.finish(handoff, machine)
+
+
+async def advance(machine: Machine) -> None:
+    """`machine.advance()`; with an executor in a worker thread, so that waiting for its steps never blocks
+    the event loop (a cancellation waits for the batch to be applied: the machine is never left mid-step)."""
+    if machine.executor is None:
+        machine.advance()
+    else:
+        await anyio.to_thread.run_sync(machine.advance)
+
+
+def is_compiled_tool(tool: Tool) -> bool:
+    """Whether the tool's client phase is compiled, so its runs can be saved at their suspensions."""
+    return getattr(tool.client_fn, "__branchc_meta__", None) is not None
+
+
+def _check_capabilities(tool: Tool, client: Client) -> None:
     if missing := tool.requires - frozenset(getattr(client, "capabilities", ())):
         raise MissingCapabilityError(
             f"{tool.name} requires {', '.join(sorted(missing))}, which the client does not offer"
         )
-    run = _Run(tool, client, call_id or os.urandom(6).hex(), tool.limits.tighten(limits), on_event, portable)
-    return await run.run(model)
 
 
 async def server_phase(tool: Tool, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -98,6 +177,15 @@ class _Run:
         self.on_event = on_event
         self.samples = 0
         self.elicits = 0
+        self.checkpoint: Checkpoint | None = None
+        self.executor: Executor | None = None
+
+    @staticmethod
+    def emit_to(on_event: Callable[[Event], None]) -> Callable[..., None]:
+        """The machine's emit for a restored run: events as run_tool's observer gets them."""
+        run = _Run.__new__(_Run)
+        run.on_event = on_event
+        return run.emit
 
     def emit(self, event: str, branch: BranchState | None = None, **data: Any) -> None:
         """Tell the observer; an observer that fails is reported, never fatal to the run."""
@@ -120,8 +208,13 @@ class _Run:
             handoff = await self._server_phase("before", tool.before_fn, params)
             check_phase_data(handoff, "handoff", "before", tool.before_fn)
         self.emit("handoff", handoff=handoff)
+        return await self.finish(handoff)
 
-        result = await self._client_phase(json.loads(json.dumps(handoff)))
+    async def finish(self, handoff: Any, machine: Machine | None = None) -> Any:
+        """The client phase (started here on a JSON copy of the handoff, or `machine`, restored where it
+        waits), then after() with the handoff itself."""
+        tool = self.tool
+        result = await self._client_phase(json.loads(json.dumps(handoff)) if machine is None else handoff, machine)
         check_phase_data(result, "client_result", "client", tool.client_fn)
         self.emit("client_result", result=result)
 
@@ -135,13 +228,15 @@ class _Run:
     async def _server_phase(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
         return await server_phase(self.tool, phase, fn, *args)
 
-    async def _client_phase(self, handoff: Any) -> Any:
-        machine = Machine(self.tool.name, self.call_id, self.limits, self.emit if self.on_event else None)
+    async def _client_phase(self, handoff: Any, machine: Machine | None = None) -> Any:
         try:
-            machine.start(self.tool.client_fn, handoff, self.tool.client_fn.__qualname__)
+            if machine is None:
+                machine = Machine(self.tool.name, self.call_id, self.limits, self.emit if self.on_event else None)
+                machine.start(self.tool.client_fn, handoff, self.tool.client_fn.__qualname__)
             machine = await self._answer_all(machine, handoff)
-        except (NotSerializableError, RunStateError):
-            raise  # the run cannot be saved where it waits: the error names the variable and the line
+        except (NotSerializableError, RunStateError, RunTakenOverError, StepElsewhereError):
+            raise  # the run cannot be saved where it waits (the error names the variable and the line), or
+            # another process took it over: its cleanup is not this copy's to run
         except InputClosedError:
             raise  # no failure of the tool's: the run was cancelled (halted) where it waited
         except Exception as error:
@@ -159,16 +254,27 @@ class _Run:
         async with anyio.create_task_group() as group:
             try:
                 while True:
-                    machine.advance()
+                    machine.executor = self.executor  # (a portable run's machine is a new one at each suspension)
+                    try:
+                        await advance(machine)
+                    except StepElsewhereError as error:
+                        unsaved = error  # the failed step never ran here: halt the run, its finally blocks run once
+                        with anyio.CancelScope(shield=True):
+                            machine.halt_after(error)
+                            await self._send_cleanup(machine)
+                        break
                     await self._send_outbox(machine)
                     for key in machine.take_cancelled():
                         if key in asked:  # else it was made and dropped in the same step
                             asked.pop(key).cancel()
                     if machine.done:
                         break
-                    if self.portable:
+                    if self.portable or self.checkpoint is not None:
                         try:
-                            machine = self._travel(handoff, machine)
+                            machine = await self._travel(handoff, machine)
+                        except RunTakenOverError as error:
+                            unsaved = error  # released: the process that took it over runs the rest
+                            break
                         except (NotSerializableError, RunStateError) as error:
                             unsaved = error  # the run ends here, unsaved: halt it, its finally blocks run once
                             with anyio.CancelScope(shield=True):
@@ -185,6 +291,13 @@ class _Run:
                             group.start_soon(self._ask, request, asked[request.key], send)
                     key, how, value = await receive.receive()
                     del asked[key]
+                    if self.checkpoint is not None:
+                        try:
+                            await self.checkpoint.answering()
+                        except RunTakenOverError as error:
+                            machine.release()
+                            unsaved = error  # released: the process that took it over runs the rest
+                            break
                     if how == "answer":
                         machine.answer(key, value)
                     elif how == "error":
@@ -217,11 +330,20 @@ class _Run:
             raise unsaved
         return machine
 
-    def _travel(self, handoff: Any, machine: Machine) -> Machine:
-        """The run as JSON text and back: the live machine is released (none of its cleanup runs; the
-        run goes on from the text), and a machine restored from the text takes its place. Requests in
-        flight are answered into the new machine by key (keys are stable across saves)."""
+    async def _travel(self, handoff: Any, machine: Machine) -> Machine:
+        """The run as JSON text, handed to `checkpoint`; `portable`: and back: the live machine is released
+        (none of its cleanup runs; the run goes on from the text), and a machine restored from the text takes
+        its place. Requests in flight are answered into the new machine by key (keys are stable across saves).
+        A checkpoint that finds the run taken over (RunTakenOverError) gets the live machine released."""
         text = dump_run(handoff, machine)
+        if self.checkpoint is not None:
+            try:
+                await self.checkpoint.saved(text, machine)
+            except RunTakenOverError:
+                machine.release()
+                raise
+        if not self.portable:
+            return machine
         machine.release()
         return load_run(text, emit=self.emit if self.on_event else None)[1]
 

@@ -19,6 +19,7 @@ __all__ = [
     "JsonDataError",
     "MissingCapabilityError",
     "OutputError",
+    "RunTakenOverError",
     "ParamsError",
     "ToolDefinitionError",
     "ToolPhaseError",
@@ -85,6 +86,11 @@ class InputClosedError(BranchcError, EOFError):
     """The client's input ended (a person's standard input closed) while a request was open. Not a
     failure of the tool's code: `run_tool` cancels the run (its finally blocks run at their yields)
     and raises this, naming the request."""
+
+
+class RunTakenOverError(BranchcError, RuntimeError):
+    """Another process took over a run while this one held it (`branchc runs resume` or `cancel` after this
+    server was thought gone): this copy stops without its cleanup, which is the other process's to run."""
 
 
 class ElicitValidationError(BranchcError, ValueError):

@@ -13,6 +13,13 @@ frame or coroutine has to outlive a round, so any process can serve the next one
 of a saved run is then `release()`d, never just dropped (which would close its generators and
 run the run's cleanup every round): finally blocks run once, where the run really ends.
 
+With an `executor` (any `concurrent.futures.Executor`), the steps of sub-branches run there, in
+parallel, each as a snapshot there and back (steps.py); the outcomes are applied here one by one,
+in the same queue order as without one, so results, requests, logs and their order are the same.
+A step's outcome is adopted only in its turn: a branch halted before its turn (a sibling failed)
+is halted from its original generator, its step's outcome dropped, as if it never ran. Values
+that several branches share travel as copies, as across any processes.
+
 Errors the runtime produces for a branch (limits, bad answers) are thrown into its generator
 at its yield, as an `await` would raise them. When one slot of a group fails, its siblings are
 halted at their yields (GeneratorExit: their finally blocks run and may still log and notify),
@@ -32,6 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ..continuation.generator import is_compiled, release, suspended_at
+from . import steps
 from .client import ElicitAnswer, ElicitRequest, SampleRequest
 from .context import BranchState, Context, TokenAccount
 from .effects import All, Branch, Elicit, Log, Notify, Sample
@@ -116,6 +124,7 @@ class Machine:
         self.ok = False
         self.result: Any = None  # the client phase's return value, or the exception that escaped it
         self.released = False  # let go of by release(): its run goes on from a saved copy
+        self.executor: Any = None  # a concurrent.futures.Executor: sub-branch steps run there (never saved)
 
     # -- saving between rounds -------------------------------------------------------------------
 
@@ -195,12 +204,69 @@ class Machine:
         return out
 
     def advance(self) -> None:
-        """Step every branch that can move, until each one waits (or the run is over)."""
+        """Step every branch that can move, until each one waits (or the run is over). With an executor
+        this blocks while steps run there: an async driver calls it in a worker thread."""
         self._check_live("advance")
+        if self.executor is not None:
+            self._advance_elsewhere()
+            return
         while self.ready:
             ident, ok, value = self.ready.popleft()
             if ident in self.branches:  # a branch halted meanwhile has nothing left to receive
                 self._step(ident, ok, value)
+
+    def _advance_elsewhere(self) -> None:
+        """advance() with an executor: each batch of ready steps (the queue as it stands) is shipped at
+        once, sub-branches only, then applied in queue order exactly as advance() steps it; what the
+        batch adds to the queue is the next batch. A step that cannot be had (StepElsewhereError) puts
+        the rest of its batch back in front of the queue: the run is as it was before that step."""
+        while self.ready:
+            batch = list(self.ready)
+            self.ready.clear()
+            shipment = steps.Shipment(self.executor, self.tool)
+            left = 0
+            try:
+                for ident, ok, value in batch:
+                    branch = self.branches.get(ident)
+                    if branch is not None and branch.parent is not None and is_compiled(branch.generator):
+                        shipment.send(ident, branch.generator, ok, value, branch.state)
+                for index, (ident, ok, value) in enumerate(batch):
+                    left = index + 1  # what goes back to the queue if this entry fails
+                    if ident not in self.branches:
+                        shipment.drop(ident)  # halted before its turn: its outcome is dropped
+                    elif ident not in shipment:
+                        self._step(ident, ok, value)
+                    else:
+                        left = index  # not stepped: taking its outcome failed
+                        answer = shipment.take(ident)
+                        left = index + 1
+                        self._adopt(ident, ok, value, answer)
+            except BaseException:
+                self.ready.extendleft(reversed(batch[left:]))
+                raise
+            finally:
+                shipment.close()
+
+    def _adopt(self, ident: str, ok: bool, value: Any, answer: dict[str, Any]) -> None:
+        """Apply a step that ran elsewhere, as _step would have stepped it here: its generator replaces
+        the original, which is released (its run goes on from the copy, so no finally block runs twice)."""
+        branch = self.branches[ident]
+        original = branch.generator
+        try:
+            generator, kind, out = steps.outcome(answer, branch.state, original)
+        except steps.Here:
+            self._step(ident, ok, value)
+            return
+        branch.generator = generator
+        release(original)
+        if kind == "return":
+            self._finish(ident, True, out)
+        elif kind == "raise":
+            self._finish(ident, False, out)
+        elif kind == "other":
+            self.ready.append((ident, False, self._not_an_effect(generator, branch.state, out)))
+        else:
+            self._yielded(ident, branch, generator, out)
 
     def _step(self, ident: str, ok: bool, value: Any) -> None:
         branch = self.branches[ident]
@@ -213,8 +279,11 @@ class Machine:
         except Exception as error:
             self._finish(ident, False, error)
             return
+        self._yielded(ident, branch, generator, effect)
+
+    def _yielded(self, ident: str, branch: _Branch, generator: Any, effect: Any) -> None:
         if not isinstance(effect, EFFECTS):
-            self.ready.append((ident, False, self._not_an_effect(generator, branch.state, effect)))
+            self.ready.append((ident, False, self._not_an_effect(generator, branch.state, type(effect).__name__)))
             return
         if self.observed:
             self.emit("suspend", branch.state, **suspended_at(generator))
@@ -453,15 +522,16 @@ class Machine:
             else:
                 reply = Message(role="assistant", content=result.text)
             branch.messages.extend([request.prompt, reply])
-        self.emit(
-            "sample",
-            branch,
-            number=request.number,
-            tracked=request.prompt is not None,
-            request=request.sample.model_dump(mode="json", exclude_none=True),
-            result=result.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
-            tokens=used,
-        )
+        if self.observed:  # the event dumps the whole request (the history): only when someone listens
+            self.emit(
+                "sample",
+                branch,
+                number=request.number,
+                tracked=request.prompt is not None,
+                request=request.sample.model_dump(mode="json", exclude_none=True),
+                result=result.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
+                tokens=used,
+            )
         return result
 
     def _elicit_answer(self, request: Request, answer: Any, branch: BranchState) -> ElicitResult:
@@ -569,14 +639,14 @@ class Machine:
             if branch.parent is not None:
                 self.emit("branch_end", branch.state, error="halted")
 
-    def _not_an_effect(self, generator: Any, branch: BranchState, value: Any) -> EffectTypeError:
+    def _not_an_effect(self, generator: Any, branch: BranchState, kind: str) -> EffectTypeError:
         frame = getattr(generator, "gi_frame", None)
         if frame is not None:
             place = f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}"
         else:
             place = getattr(generator, "source_location", "an unknown line")
         return EffectTypeError(
-            f"{self.tool}: {branch.name} yielded a {type(value).__name__} at {place}, which is not an "
+            f"{self.tool}: {branch.name} yielded a {kind} at {place}, which is not an "
             f"effect; yield what ctx makes (ctx.sample, ctx.elicit, ctx.log, ctx.notify, ctx.branch, ctx.all)"
         )
 

@@ -209,8 +209,12 @@ class RunMeta:
 
 
 def new_run_id() -> str:
-    """An unguessable run id (144 random bits, URL-safe)."""
-    return secrets.token_urlsafe(18)
+    """An unguessable run id (144 random bits, URL-safe), never starting with "-": `branchc runs show ID` would
+    take such an id for an option (one id in 64 did)."""
+    while True:
+        ident = secrets.token_urlsafe(18)
+        if not ident.startswith("-"):
+            return ident
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,8 @@ class RedisStore:
         except (redis.ConnectionError, redis.TimeoutError) as error:
             raise StoreUnavailableError(
                 f"the Redis store at {self._where()} cannot be reached while {doing} ({error}); nothing is known "
-                f"to be written. Check that redis-server runs there; calls work again once it answers"
+                f"to be written. Check that redis-server runs there, and retry once it answers (this client "
+                f"reconnects by itself)"
             ) from None
         except redis.ResponseError as error:
             raise StoreUnavailableError(f"the Redis store at {self._where()} refused {doing}: {error}") from None

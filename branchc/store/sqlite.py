@@ -10,6 +10,7 @@ default) survives a killed process; `full` also survives a power cut, at a cost 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -57,6 +58,9 @@ CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, expires);
 SYNCHRONOUS = ("off", "normal", "full", "extra")
 
 
+MAX_IDLE = 4  # open connections kept between uses (more are opened while more threads use the store at once)
+
+
 class SQLiteStore:
     """Runs in one SQLite file (or `:memory:`, for one process)."""
 
@@ -70,11 +74,11 @@ class SQLiteStore:
         self.url = "sqlite:///" + self.path
         self.timeout = float(timeout)
         self.synchronous = synchronous
-        self._local = threading.local()
         self._lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
+        self._idle: list[tuple[sqlite3.Connection, tuple[int, int] | None]] = []  # (connection, its file)
         self._shared: sqlite3.Connection | None = None
         self._closed = False
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file the schema was set up in
         if not self.memory:
             folder = Path(self.path).resolve().parent
             if not folder.is_dir():
@@ -84,7 +88,8 @@ class SQLiteStore:
             if Path(self.path).is_dir():
                 raise StoreUnavailableError(f"the SQLite store {self.path} is a folder: name a file in it")
         with self._connection() as conn:
-            self._setup(conn)
+            if self.memory:
+                self._setup(conn)
 
     # connections
 
@@ -93,10 +98,9 @@ class SQLiteStore:
             # one connection per thread (or one behind a lock); not checked, so close() may run on any thread
             conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA cache_size = -512")  # KiB: runs are read whole, once; a cache helps little
         except sqlite3.Error as error:
             raise self._failure(error, "opening it") from None
-        with self._lock:
-            self._all.append(conn)
         return conn
 
     @contextlib.contextmanager
@@ -109,10 +113,43 @@ class SQLiteStore:
             with self._lock:
                 yield self._shared
             return
-        conn = getattr(self._local, "conn", None)
+        with self._lock:
+            conn, file = self._idle.pop() if self._idle else (None, None)
+        if conn is not None and file != self._identity():
+            # the file was deleted or replaced under this connection, which would go on in the old one unseen by
+            # any other process: let go of it, and go on in the file at the path (created anew if missing)
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+            conn = None
         if conn is None:
-            conn = self._local.conn = self._open()
-        yield conn
+            conn = self._open()
+            file = self._identity()
+            if file != self._file:  # a file this store has not set up (the first, or one made anew): the schema
+                try:
+                    self._setup(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                self._file = file
+        try:
+            yield conn
+        finally:
+            # back to the idle ones, at most MAX_IDLE of them: a connection per worker thread, kept for good,
+            # would hold a page cache each and grow with every thread a pool ever started
+            with self._lock:
+                keep = not self._closed and len(self._idle) < MAX_IDLE and not conn.in_transaction
+                if keep:
+                    self._idle.append((conn, file))
+            if not keep:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         try:
@@ -150,6 +187,11 @@ class SQLiteStore:
                 f"the SQLite store {self.path} stayed locked by another connection for more than its busy "
                 f"timeout ({self.timeout:g} s) while {doing}; nothing was written. Retry, or raise the timeout "
                 f"(sqlite:///PATH?timeout=SECONDS)"
+            )
+        if "readonly" in text or "disk I/O" in text or "full" in text:
+            return StoreUnavailableError(
+                f"the SQLite store {self.path} cannot be written while {doing} ({text}): the file, its -wal or -shm "
+                f"file or their folder is read-only, or the disk is full; retry once it can be written"
             )
         return StoreUnavailableError(f"the SQLite store {self.path} failed while {doing}: {text}")
 
@@ -292,7 +334,7 @@ class SQLiteStore:
     def close(self) -> None:
         self._closed = True
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._idle = [conn for conn, _ in self._idle], []
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()

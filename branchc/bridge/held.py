@@ -1,0 +1,134 @@
+"""Runs held live by a process, written down in the store at every suspension.
+
+In the handshake era (MCP up to 2025-11-25) a run lives in the server process for the whole call, waiting on
+the client mid-call; `branchc runs resume` holds one the same way while it asks the terminal. With a store,
+`HeldRun` is the driver's checkpoint (driver.Checkpoint): at every suspension, before any request of it is
+asked, the run's text is written to its record (status "waiting", where each branch waits, what it asks),
+marked as held by this process (meta.extra["held"]: host, pid and the process's start time), and each answer
+is a compare-and-swap on the record before the run moves on with it. If the process
+dies, the record stays, so the run can be listed and continued (`branchc runs resume`) or cancelled
+(`branchc runs cancel`) from its last suspension. Those first check that the holder is gone (on this host,
+by its pid and start time; a holder on another host needs --force); every write is a compare-and-swap, so a
+holder that was in fact alive finds its run taken over at its next checkpoint and stops without its cleanup
+(RunTakenOverError), which the taker runs: the run is never continued twice.
+
+When the run ends, its record says how (done, failed or cancelled), with the result for `branchc runs show`,
+and expires after the store's TTL like every ended run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ..runtime.errors import RunTakenOverError
+from ..runtime.machine import Machine
+from ..runtime.tool import Tool
+from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError
+from .durable import run_meta, store_io
+from .holder import describe_holder, holder
+
+__all__ = ["HELD_TTL", "HeldRun"]
+
+HELD_TTL = 86400.0  # a held run's record outlives its last checkpoint by a day: time to resume it after a crash
+
+
+class HeldRun:
+    """One run's record while this process holds it. `record`: the record to continue (runs resume);
+    None: one is created at the run's first suspension (a new handshake-era call)."""
+
+    def __init__(
+        self, store: RunStore, tool: Tool, era: str, *, record: RunRecord | None = None, ttl: float = HELD_TTL
+    ) -> None:
+        self.store = store
+        self.tool = tool
+        self.era = era
+        self.ttl = ttl
+        self.record = record
+        self.me = holder()
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self.record is None else self.record.run_id
+
+    async def _io(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await store_io(fn, *args, **kwargs)
+
+    def _meta(self, machine: Machine, extra: dict[str, Any]) -> Any:
+        kept = {k: v for k, v in extra.items() if k not in ("held", "claim", "round", "build", "tool")}
+        return run_meta(
+            self.era if self.record is None else self.record.meta.era,
+            self.tool,
+            machine,
+            extra=kept | {"held": self.me},
+        )
+
+    async def take(self) -> None:
+        """Mark the record as held by this process (runs resume), before anything of the run moves."""
+        assert self.record is not None
+        meta = dataclasses.replace(
+            self.record.meta,
+            extra={k: v for k, v in self.record.meta.extra.items() if k not in ("claim", "round")} | {"held": self.me},
+        )
+        self.record = await self._write(status="waiting", meta=meta)
+
+    async def answering(self) -> None:
+        """An answer arrived: this process still holds the run (a compare-and-swap that refreshes its expiry),
+        else RunTakenOverError, before the run moves on with it."""
+        self.record = await self._write(expires=time.time() + self.ttl)
+
+    async def saved(self, saved: str, machine: Machine) -> None:
+        """The run as it waits now, before its requests are asked."""
+        if self.record is None:
+            record = RunRecord.new(self.tool.name, saved, ttl=self.ttl, meta=self._meta(machine, {}))
+            await self._io(self.store.create, record)
+            self.record = record
+            return
+        meta = self._meta(machine, self.record.meta.extra)
+        self.record = await self._write(status="waiting", saved=saved, meta=meta, expires=time.time() + self.ttl)
+
+    async def end(self, status: str, response: dict[str, Any] | None) -> None:
+        """The run ended here (done, failed, cancelled): say so, with its response; never raises."""
+        if self.record is None:
+            return
+        extra = {k: v for k, v in self.record.meta.extra.items() if k != "held"} | {"ended_by": self.me}
+        meta = dataclasses.replace(self.record.meta, waits=(), pending=(), response=response, extra=extra)
+        with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, RunTakenOverError):
+            self.record = await self._write(
+                status=status, saved="", meta=meta, expires=time.time() + min(self.ttl, 600.0)
+            )
+
+    async def let_go(self) -> None:
+        """This process stops holding the run, which stays where it waits (a takeover, or a resume that
+        could not start): its record loses the holder's mark; never raises."""
+        if self.record is None:
+            return
+        meta = dataclasses.replace(
+            self.record.meta, extra={k: v for k, v in self.record.meta.extra.items() if k != "held"}
+        )
+        with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, RunTakenOverError):
+            self.record = await self._write(status="waiting", meta=meta)
+
+    async def _write(self, **changes: Any) -> RunRecord:
+        record = self.record
+        assert record is not None
+        try:
+            return await self._io(self.store.checkpoint, record.run_id, record.version, **changes)
+        except RunNotFoundError:
+            raise RunTakenOverError(
+                f"run {record.run_id!r} is gone from the store (cancelled, deleted, or expired: held runs are kept "
+                f"{self.ttl:.0f} s past their last suspension)"
+            ) from None
+        except StaleRunError:
+            now = await self._io(self.store.load, record.run_id)
+            how = "" if now is None else f" (it is {now.status} now)"
+            raise RunTakenOverError(
+                f"run {record.run_id!r} was taken over by another process while {describe_holder(self.me)} held "
+                f"it{how}: `branchc runs resume` or `cancel` found this process gone; it stops here, without its "
+                f"cleanup, which the other process runs"
+            ) from None

@@ -1,0 +1,170 @@
+"""Where branch steps run: `open_executor(spec)` for `branchc serve --executor` and `run_tool(executor=)`.
+
+- ``inline`` (the default): no executor, every step runs in the serving process;
+- ``process`` or ``process:N``: a pool of worker processes on this machine (N, by default one per
+  core), started by forkserver where there is one (spawn elsewhere), never by a fork of a
+  multi-threaded server. A worker killed mid-step breaks a process pool; `ProcessPool` then starts a
+  fresh one for the step's retry (the run machine tries a step twice, steps.py);
+- ``dask://HOST:PORT``: the workers of a dask.distributed scheduler, on as many hosts as it has
+  (`pip install 'branchc[dask]'`). Its workers need branchc and the tool's build folder at the same
+  path as the server. A worker that dies mid-step gets its task rerun by the scheduler, or the
+  step fails with KilledWorker and the machine tries it once more.
+
+Each step travels as snapshot text (runtime/steps.py), so any `concurrent.futures.Executor` works;
+these are the ones with a name for errors and a `shutdown` that closes everything they opened.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import re
+import threading
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import BranchcError
+from ..runtime.steps import StepElsewhereError
+
+__all__ = [
+    "DaskExecutor",
+    "ExecutorSpec",
+    "ExecutorSpecError",
+    "ProcessPool",
+    "StepElsewhereError",
+    "open_executor",
+    "parse_executor",
+]
+
+USAGE = "inline, process (process:N for N workers) or dask://HOST:PORT"
+
+
+class ExecutorSpecError(BranchcError, ValueError):
+    """An executor spec that names no executor, or one that cannot be opened (the message says what to give)."""
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    kind: Literal["inline", "process", "dask"]
+    workers: int | None = None  # process: how many (None: one per core)
+    address: str | None = None  # dask: the scheduler, tcp://HOST:PORT
+
+    def __str__(self) -> str:
+        if self.kind == "dask":
+            return f"dask://{self.address.removeprefix('tcp://')}"  # type: ignore[union-attr]
+        return f"process:{self.workers}" if self.workers else self.kind
+
+
+_DASK = re.compile(r"dask://(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})/?")
+
+
+def parse_executor(spec: str | None) -> ExecutorSpec:
+    """The executor `spec` names; ExecutorSpecError (saying what to give) for anything else."""
+    text = (spec or "inline").strip()
+    if text == "inline":
+        return ExecutorSpec("inline")
+    if text == "process":
+        return ExecutorSpec("process")
+    if text.startswith("process:"):
+        count = text.removeprefix("process:")
+        if not count.isdigit() or not 1 <= int(count) <= 1024:
+            raise ExecutorSpecError(f"{text!r}: process:N takes a number of workers from 1 to 1024, like process:4")
+        return ExecutorSpec("process", workers=int(count))
+    if text.startswith("dask:"):
+        found = _DASK.fullmatch(text)
+        if found is None or not 0 < int(found["port"]) < 65536:
+            raise ExecutorSpecError(
+                f"{text!r}: give the dask scheduler as dask://HOST:PORT, like dask://127.0.0.1:8786"
+            )
+        return ExecutorSpec("dask", address=f"tcp://{found['host']}:{int(found['port'])}")
+    raise ExecutorSpecError(f"{text!r} is not an executor; use {USAGE}")
+
+
+def open_executor(spec: str | ExecutorSpec | None, *, timeout: float = 10) -> cf.Executor | None:
+    """The executor `spec` names, ready (None for inline); shut it down when done. A dask scheduler that
+    does not answer within `timeout` seconds is an ExecutorSpecError naming it."""
+    parsed = spec if isinstance(spec, ExecutorSpec) else parse_executor(spec)
+    if parsed.kind == "inline":
+        return None
+    if parsed.kind == "process":
+        return ProcessPool(parsed.workers)
+    return DaskExecutor(parsed.address, timeout=timeout)  # type: ignore[arg-type]
+
+
+def _start_method() -> Any:
+    """forkserver where there is one: workers forked from a clean server process (with branchc's runtime
+    imported once, there), not from the serving process, whose threads a fork would copy mid-flight."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["branchc.runtime.steps"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+class ProcessPool(cf.Executor):
+    """A process pool that outlives its workers: once a worker dies (killed, out of memory) a
+    `ProcessPoolExecutor` is broken for good, so the next submission starts a fresh one. The steps that
+    were in flight fail with BrokenProcessPool, and the run machine resubmits them (here, to the new pool)."""
+
+    def __init__(self, max_workers: int | None = None, mp_context: Any = None) -> None:
+        self.max_workers = max_workers or os.cpu_count() or 1
+        self._context = mp_context or _start_method()
+        self._lock = threading.Lock()
+        self._pool = self._new()
+        self.renewed = 0  # how often a broken pool was replaced
+        self.name = f"a process pool ({self.max_workers} workers)"
+
+    def _new(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(self.max_workers, mp_context=self._context)
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future:
+        with self._lock:
+            try:
+                return self._pool.submit(fn, *args, **kwargs)
+            except BrokenProcessPool:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._new()
+                self.renewed += 1
+                return self._pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+class DaskExecutor(cf.Executor):
+    """The workers of a dask.distributed scheduler as a `concurrent.futures` executor. Every submission is
+    a new task (never merged with an equal one, so a retried step runs again); `shutdown` also closes the
+    client when this executor opened it. `scheduler`: an address (tcp://HOST:PORT) or a `distributed.Client`."""
+
+    def __init__(self, scheduler: Any, *, timeout: float = 10) -> None:
+        try:
+            import distributed
+        except ImportError:
+            raise ExecutorSpecError(
+                "a dask executor needs dask.distributed, which is not installed: pip install 'branchc[dask]'"
+            ) from None
+        self._owned = not isinstance(scheduler, distributed.Client)
+        if self._owned:
+            try:
+                client = distributed.Client(scheduler, timeout=timeout, set_as_default=False)
+            except (OSError, TimeoutError) as error:
+                raise ExecutorSpecError(
+                    f"no dask scheduler answers at {scheduler} ({type(error).__name__}: {error}); start one "
+                    f"(`dask scheduler`, and `dask worker {scheduler}` on each host) or fix the address"
+                ) from None
+        else:
+            client = scheduler
+        self.client = client
+        self._executor = client.get_executor(pure=False)
+        self.name = f"the dask scheduler at {client.scheduler.address}"
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future:
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._executor.shutdown(wait=wait and not cancel_futures)
+        if self._owned:
+            self.client.close()
