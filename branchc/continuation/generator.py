@@ -273,51 +273,122 @@ def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
     """The compiled generators reachable from `roots` through what a snapshot carries: variables,
     containers (keys too), objects' attributes and slots, exceptions, cells, bound methods, the
     functions defined in a compiled body, and `yield from` delegates (the roots first). Nothing of
-    the program runs: attributes are read off __dict__ and slots, not through getattr."""
+    the program runs: attributes are read off __dict__ and slots, not through getattr.
+
+    A run's history is most of what this walks (thousands of messages, each a model holding a few
+    strings), so it is walked in short: each type is classified once per walk, and scalars are
+    never pushed (nor their ids kept)."""
     found: list[types.GeneratorType] = []
     seen: set[int] = set()
-    stack: list[Any] = list(reversed(roots))
+    mark = seen.add
+    kinds: dict[type, int] = {}  # type -> what its instances hold (_kind), read once per walk
+    slots: dict[type, tuple[Any, ...]] = {}
+    leaves = _LEAVES
+    stack: list[Any] = [value for value in reversed(roots) if type(value) not in leaves]
+    push, pushall, pop = stack.append, stack.extend, stack.pop
     while stack:
-        value = stack.pop()
-        if id(value) in seen or value is None or type(value) in _SCALARS:
-            continue
-        seen.add(id(value))
+        value = pop()
         kind = type(value)
-        if kind is _GENERATOR:
-            if not is_compiled(value) or value.gi_frame is None:
+        what = kinds.get(kind)
+        if what is None:
+            what = kinds[kind] = _kind(kind)
+            if what == _OBJECT:
+                slots[kind] = _carried_slots(kind)
+        if not what:
+            continue
+        key = id(value)
+        if key in seen:
+            continue
+        mark(key)
+        if what == _OBJECT:
+            try:
+                attributes = object.__getattribute__(value, "__dict__")
+            except (AttributeError, TypeError):
+                attributes = None
+            if type(attributes) is dict:
+                for item in attributes.values():
+                    if type(item) not in leaves:
+                        push(item)
+            elif attributes is not None:
+                push(attributes)
+            for member in slots[kind]:
+                try:
+                    item = member.__get__(value, kind)
+                except AttributeError:
+                    continue
+                if type(item) not in leaves:
+                    push(item)
+        elif what == _ITEMS:
+            pushall(value)
+        elif what == _DICT:
+            for item in value:
+                if type(item) not in leaves:
+                    push(item)
+            for item in value.values():
+                if type(item) not in leaves:
+                    push(item)
+        elif what == _GEN:
+            if value.gi_frame is None or not is_compiled(value):
                 continue
             found.append(value)
-            stack += value.gi_frame.f_locals.values()
-            stack.append(value.gi_yieldfrom)
-        elif kind in (list, tuple, set, frozenset):
-            stack += value
-        elif kind is dict:
-            stack += value.keys()
-            stack += value.values()
-        elif kind is types.CellType:
+            pushall(value.gi_frame.f_locals.values())
+            push(value.gi_yieldfrom)
+        elif what == _CELL:
             try:
-                stack.append(value.cell_contents)
+                push(value.cell_contents)
             except ValueError:
                 pass
-        elif kind in (types.MethodType, types.BuiltinMethodType):
-            stack.append(value.__self__)
-        elif kind is types.FunctionType:
-            stack += [value.__defaults__, value.__kwdefaults__, value.__closure__, value.__dict__]
-        elif isinstance(value, _RejoinIterator):
-            stack.append(value.sub)
-        elif isinstance(value, BaseException):
-            stack += [value.args, value.__cause__, value.__context__, _attributes(value)]
-        elif not isinstance(value, (type, types.ModuleType)):
-            stack.append(_attributes(value))
-            for member in _slots(kind):
-                try:
-                    stack.append(member.__get__(value, kind))
-                except AttributeError:
-                    pass
+        elif what == _METHOD:
+            push(value.__self__)
+        elif what == _FUNCTION:
+            pushall([value.__defaults__, value.__kwdefaults__, value.__closure__, value.__dict__])
+        elif what == _REJOIN:
+            push(value.sub)
+        else:  # _EXCEPTION
+            pushall([value.args, value.__cause__, value.__context__, _attributes(value)])
     return found
 
 
+# What a value of a type holds, for `_held_generators` (0: nothing it walks into).
+_LEAF, _GEN, _ITEMS, _DICT, _CELL, _METHOD, _FUNCTION, _REJOIN, _EXCEPTION, _OBJECT = range(10)
+
+
+def _kind(kind: type) -> int:
+    if kind in _LEAVES or issubclass(kind, (type, types.ModuleType)):
+        return _LEAF
+    if kind is _GENERATOR:
+        return _GEN
+    if kind in (list, tuple, set, frozenset):
+        return _ITEMS
+    if kind is dict:
+        return _DICT
+    if kind is types.CellType:
+        return _CELL
+    if kind in (types.MethodType, types.BuiltinMethodType):
+        return _METHOD
+    if kind is types.FunctionType:
+        return _FUNCTION
+    if issubclass(kind, _RejoinIterator):
+        return _REJOIN
+    if issubclass(kind, BaseException):
+        return _EXCEPTION
+    return _OBJECT
+
+
 _SCALARS = frozenset({builtins.str, int, float, bool, bytes})
+_LEAVES = _SCALARS | {type(None)}
+
+
+def _carried_slots(cls: type) -> tuple[Any, ...]:
+    """The slots of cls that a snapshot carries as values: all of them, but a pydantic model's
+    fields_set, which it carries as names only (a set of str: nothing in it to release)."""
+    members = _slots(cls)
+    pydantic = sys.modules.get("pydantic.main")  # not imported: there is no model to walk
+    model = getattr(pydantic, "BaseModel", None) if pydantic is not None else None
+    if isinstance(model, type) and issubclass(cls, model):
+        names = model.__dict__.get("__pydantic_fields_set__")
+        members = tuple(member for member in members if member is not names)
+    return members
 
 
 def _attributes(value: Any) -> dict:

@@ -254,6 +254,15 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
 
 
 _encode_extension.declines = BUILTIN_TYPES  # type: ignore[attr-defined]  # never ours: the codec need not ask
+_OWNED = (ContextHandle, types.CellType, types.FunctionType, types.BuiltinFunctionType, type)
+
+
+def _owns(kind: type) -> bool:
+    """The types whose values `_encode_extension` may write (it returns None for every other value)."""
+    return kind is types.GeneratorType or issubclass(kind, _OWNED)
+
+
+_encode_extension.owns = _owns  # type: ignore[attr-defined]  # asked once per type by the codec
 
 
 def encode_graph(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]:
@@ -267,6 +276,9 @@ def encode_graph(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]
         return extension(value, child, path) or _encode_extension(value, child, path)
 
     both.declines = BUILTIN_TYPES  # type: ignore[attr-defined]
+    owns = getattr(extension, "owns", None)
+    if owns is not None:  # the caller's extension says which types it may write: ask only about those
+        both.owns = lambda kind: owns(kind) or _owns(kind)  # type: ignore[attr-defined]
     return encode(roots, extension=both, classes=travels)
 
 

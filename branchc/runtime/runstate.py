@@ -50,6 +50,9 @@ def _encode_context(value: Any, child: Any, path: Any) -> dict | None:
     return None
 
 
+_encode_context.owns = lambda kind: kind is Context  # type: ignore[attr-defined]  # the codec asks by type
+
+
 def _decode_context(entry: dict, child: Any, path: str) -> Context:
     if entry.keys() != {"t", "branch"}:
         raise SnapshotDataError(path, "a context entry in a run is {t, branch}")
@@ -61,7 +64,12 @@ def _decode_context(entry: dict, child: Any, path: str) -> Context:
 
 def dump_run(handoff: Any, machine: Machine) -> str:
     graph = encode_graph({"handoff": handoff, "machine": machine.saved()}, _encode_context)
-    return json.dumps({"branchc_run": VERSION, "graph": graph}, separators=(",", ":"), ensure_ascii=False)
+    return _JSON.encode({"branchc_run": VERSION, "graph": graph})
+
+
+# json.dumps(..., separators=(",", ":"), ensure_ascii=False), made once; the codec's graph is a tree of
+# fresh lists and dicts (what is shared is written once, in "objects"), so no cycle check is needed.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
 
 
 def pack_run(text: str) -> str:

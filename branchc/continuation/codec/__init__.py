@@ -95,7 +95,10 @@ compiled functions, cells):
 - encode: ``extension(value, encode_child, path)`` is called for every value that is not a
   scalar and not of an exact builtin container type (list, dict, tuple, set, frozenset cannot
   be anything the extension owns; their subclasses do reach it), nor of an exact type in the
-  extension's optional ``declines`` attribute (say `BUILTIN_TYPES`). `path` is like
+  extension's optional ``declines`` attribute (say `BUILTIN_TYPES`), nor of a type for which its
+  optional ``owns(type)`` says False (asked once per type and encoding: an extension that answers
+  by type alone, as the generator layer's does, is then never called for a history's thousand
+  models). `path` is like
   ``"history[3]['when']"`` once formatted: it comes as a lazy chain, `format_path(path)` gives the
   text (child paths may be chains too: ``(path, "name", ".{}")``). The value is already
   registered, so a child may refer back to it.

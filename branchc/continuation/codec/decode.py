@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
@@ -108,6 +109,7 @@ class _Decoder:
         "limits",
         "max_depth",
         "max_values",
+        "models",
         "nodes",
         "objects",
         "peak",
@@ -146,6 +148,9 @@ class _Decoder:
         self.peak = 0  # the deepest level reached (through references too) since `ref` reset it
         self.instances: frozenset[type] = _NO_TYPES  # dataclasses and models decoded (their hash reads fields)
         self.work: dict[int, tuple] | None = None  # id(tuple or instance) -> (values hashing it visits, it)
+        # (class, shape, fields_set) indexes of a model entry without extra or private -> what _dec_model
+        # checked about them once: (class, field names, fields_set, values charged)
+        self.models: dict[tuple[int, int, int], tuple[type, tuple[str, ...], tuple[str, ...], int]] = {}
         self.val = self.value  # one bound method, handed to handlers
 
     def value(self, x: Any, path: Any, slot: int | None = None) -> Any:
@@ -229,7 +234,19 @@ class _Decoder:
         self.depth += 1
         outer, start = self.peak, self.level
         self.peak = start
-        obj = self.val(entry, ("objects", n), n)
+        handler = _DECODERS.get(entry[0]) if type(entry) is list and entry and type(entry[0]) is str else None
+        if handler is None or id(entry) in self.nodes:
+            obj = self.val(entry, ("objects", n), n)
+        else:  # self.val(entry, ...), inline: a history's table is thousands of models
+            level = start + 1
+            self.count += len(entry)
+            if level > self.max_depth or self.count > self.max_values:
+                raise self.over(("objects", n), level)
+            self.peak = self.level = level
+            try:
+                obj = handler(self, entry, ("objects", n), n)
+            finally:
+                self.level = start
         self.heights[n] = max(self.heights[n], self.peak - start)
         if outer > self.peak:
             self.peak = outer
@@ -254,9 +271,25 @@ class _Decoder:
     def items(self, x: list, path: Any, start: int) -> list:
         out = x[start:]
         val = self.val
+        built, size = self.built, self.size
         for i, v in enumerate(out):
-            if type(v) not in _SCALARS:
-                out[i] = val(v, (path, i + start))
+            if type(v) in _SCALARS:
+                continue
+            if type(v) is list and len(v) == 1 and type(v[0]) is int:  # a reference (never in `nodes`)
+                n = v[0]
+                if 0 <= n < size:
+                    obj = built[n]
+                    if type(obj) is not _Mark:  # self.ref(n, ...), inline: a history refers to thousands
+                        reach = self.level + self.heights[n]
+                        if reach > self.peak:
+                            if reach > self.max_depth:
+                                raise self.over((path, i + start), reach)
+                            self.peak = reach
+                        out[i] = obj
+                        continue
+                out[i] = self.ref(n, (path, i + start), None)
+                continue
+            out[i] = val(v, (path, i + start))
         return out
 
     def names(self, src: Any, path: Any) -> tuple[str, ...]:
@@ -360,12 +393,13 @@ class _Decoder:
         found = self.classes.get((n, kind)) if type(n) is int else None
         if found is not None:
             return found
-        where = _fmt(path)
         if type(n) is not int or not 0 <= n < len(self.class_refs):
-            raise SnapshotDataError(where, f"expected an index into the {len(self.class_refs)} classes, got {_show(n)}")
+            raise SnapshotDataError(
+                _fmt(path), f"expected an index into the {len(self.class_refs)} classes, got {_show(n)}"
+            )
         ref = self.class_refs[n]
         if ref.count(":") != 1:
-            raise SnapshotDataError(where, f'expected "module:qualname", got {_show(ref)}')
+            raise SnapshotDataError(_fmt(path), f'expected "module:qualname", got {_show(ref)}')
         module, qualname = ref.split(":")
         if module == "builtins" and kind is _EXCEPTION:
             found = _lookup(sys.modules["builtins"], qualname)
@@ -373,18 +407,26 @@ class _Decoder:
             try:
                 found = self.resolve(ref)
             except (LookupError, ValueError, ImportError) as error:  # the resolver's refusal, as it says it
-                raise SnapshotDataError(where, str(error)) from None
-        if not (
-            isinstance(found, type)
-            and found.__module__ == module
-            and found.__qualname__ == qualname
-            and kind.test(found)
-        ):
-            raise SnapshotDataError(where, f"{ref} is not {kind.name} defined there")
-        if finalizer(found):
-            raise SnapshotDataError(where, f"{ref} has a __del__, which would run with the snapshot's data")
+                raise SnapshotDataError(_fmt(path), str(error)) from None
+        checked = _CHECKED.get((ref, kind))  # what passed these checks before in this process, if anything
+        if checked is None or checked is not found:
+            if not (
+                isinstance(found, type)
+                and found.__module__ == module
+                and found.__qualname__ == qualname
+                and kind.test(found)
+            ):
+                raise SnapshotDataError(_fmt(path), f"{ref} is not {kind.name} defined there")
+            if finalizer(found):
+                raise SnapshotDataError(_fmt(path), f"{ref} has a __del__, which would run with the snapshot's data")
+            _CHECKED[(ref, kind)] = found
         self.classes[(n, kind)] = found
         return found
+
+
+#: ("module:qualname", kind) -> the class the resolver gave for it, once it passed the checks of
+#: `cls` (its name, kind and no __del__): a class, not its instances, so checked once per process
+_CHECKED: weakref.WeakValueDictionary[tuple[str, _Kind], type] = weakref.WeakValueDictionary()
 
 
 def _state(obj: Any) -> list:
@@ -457,6 +499,9 @@ def _dec_list(d: _Decoder, x: list, path: Any, slot: int | None) -> list:
             else:
                 out[i] = v.copy()  # one value for max_values: a copy no bigger than the data
                 continue
+        elif t is list and len(v) == 1 and type(v[0]) is int:  # a reference: what val() would do with it
+            out[i] = d.ref(v[0], (path, i + 1), None)
+            continue
         out[i] = val(v, (path, i + 1))
     return out
 
@@ -634,8 +679,38 @@ def _dec_enum(d: _Decoder, x: list, path: Any, slot: int | None) -> Enum:
     return _call(path, cls, value)
 
 
+_new = object.__new__
+_setattr = object.__setattr__
+
+
 def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
     """The pydantic state as it was (no validation, no __init__, no model_post_init)."""
+    if len(x) == 4:  # no extra, no private: perhaps a kind of entry checked already (most of a history)
+        payload, c, f = x[2], x[1], x[3]
+        if type(payload) is list and payload and type(c) is int and type(f) is int and type(payload[0]) is int:
+            plan = d.models.get((c, payload[0], f))
+            if plan is not None:
+                cls, names, fields_set, charged = plan
+                if len(payload) == len(names) + 1 and d.count + charged <= d.max_values:
+                    d.count += charged  # as the checks below count them
+                    obj = _new(cls)
+                    if slot is not None:  # d.shell(x, slot, obj), inline
+                        d.built[slot] = obj
+                    elif d.depth:
+                        d.nodes[id(x)] = obj
+                    state: dict = {}
+                    _setattr(obj, "__dict__", state)
+                    _setattr(obj, "__pydantic_fields_set__", set(fields_set))
+                    _setattr(obj, "__pydantic_extra__", None)
+                    _setattr(obj, "__pydantic_private__", None)
+                    val = d.val
+                    for k, v in zip(names, payload[1:], strict=True):  # d.fill(state, payload, ...), checked
+                        state[k] = v if type(v) in _SCALARS else val(v, ((path, 2), k))
+                    return obj
+    return _check_model(d, x, path, slot)
+
+
+def _check_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
     _shape(x, path, 3, 5)
     cls = d.cls(x[1], (path, 1), _MODEL)
     if cls not in d.instances:
@@ -666,6 +741,9 @@ def _dec_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel:
     known = names if extra is None else names | extra.keys()
     if not known.issuperset(fields):
         raise SnapshotDataError(_fmt((path, 3)), f"expected names of fields, got {_show(list(fields_set))}")
+    if len(x) == 4 and private is None:  # the same class, shape and fields_set pass the same checks again
+        shape = d.shapes[x[2][0]]
+        d.models[(x[1], x[2][0], x[3])] = (cls, shape, fields_set, len(fields_set) + len(shape))
     return obj
 
 

@@ -24,6 +24,7 @@ from .common import (
     _BIG,
     _EXC_KEYWORDS,
     _INLINE,
+    _MODEL_FIELDS,
     _NEG_BIG,
     _PLAIN,
     _SAFE_NAMES,
@@ -54,6 +55,9 @@ def _class_ref(e: _Encoder, t: type, path: Any) -> int:
     """The index in the document's "classes" table of the "module:qualname" of a class that a restore
     can find again by name (checked once per class), and that the encoder's class policy lets a
     snapshot name."""
+    index = e.class_of.get(t)
+    if index is not None:
+        return index  # checked already in this encoding
     ref = _CLASS_REFS.get(t)
     if ref is None:
         if _lookup(sys.modules.get(t.__module__), t.__qualname__) is not t:
@@ -73,6 +77,7 @@ def _class_ref(e: _Encoder, t: type, path: Any) -> int:
     index = e.class_index.get(ref)
     if index is None:
         index = e.class_index[ref] = len(e.class_index)
+    e.class_of[t] = index
     return index
 
 
@@ -98,6 +103,9 @@ def _tree(seen: list[int], leaf: Callable[[Any, Any], Any], x: Any, path: Any) -
                         continue
             elif type(v) in _INLINE:
                 append(v)
+                continue
+            elif type(v) is not list:  # a model, say: straight to leaf (the dict case fell through above)
+                append(leaf(v, (path, len(out) - 1)))
                 continue
             append(_tree(seen, leaf, v, (path, len(out) - 1)))
         return out
@@ -131,13 +139,16 @@ class _Encoder:
     memoizes everything. Sharing is rare; the memo is not cheap."""
 
     __slots__ = (
+        "asks",
         "class_index",
+        "class_of",
         "classes",
         "declines",
         "enc",
         "extension",
         "keep",
         "memo",
+        "owns",
         "seen",
         "shape_index",
         "shared",
@@ -151,8 +162,11 @@ class _Encoder:
         self.shared: list[Any] = []  # the JSON of values met twice; becomes "objects"
         self.keep: list[Any] = []  # temporaries (the codec's and the extension's), so no id() is reused
         self.seen: list[int] = []  # optimistic pass: ids of the lists and dicts _tree wrote
+        self.class_of: dict[type, int] = {}  # class -> its place in "classes", once the policy allowed it
         self.extension = extension
         self.declines = getattr(extension, "declines", ())
+        self.owns = getattr(extension, "owns", None)  # (type) -> bool: may the extension own such a value
+        self.asks: dict[type, bool] = {}  # type -> whether the extension is asked about its values
         # enc(x, path) is what handlers call for a child
         self.enc = partial(_tree, self.seen, self.encode) if optimistic else self.encode
 
@@ -189,7 +203,7 @@ class _Encoder:
                     for k, v in x.items():
                         out[k] = v if type(v) in _INLINE else enc(v, (path, k))
                     return out
-        elif self.extension is not None and t not in _PLAIN and t not in self.declines:
+        elif self.asks.get(t, True) and self._asks(t):
             out = self.memo[key] = ["@"]
             entry = self.extension(x, self.child, path)  # a lazy path: format_path() it if you need the text
             if entry is not None:
@@ -205,6 +219,18 @@ class _Encoder:
         out = self.memo[key] = [handler.tag]
         handler.fill(self, x, path, out)
         return out
+
+    def _asks(self, t: type) -> bool:
+        """Whether the extension is asked about values of type t (decided once per type)."""
+        asks = self.asks.get(t)
+        if asks is None:
+            asks = self.asks[t] = (
+                self.extension is not None
+                and t not in _PLAIN
+                and t not in self.declines
+                and (self.owns is None or bool(self.owns(t)))
+            )
+        return asks
 
     def child(self, x: Any, path: str) -> Any:
         """encode_child for the extension; what it hands over may be a temporary, so it is kept alive."""
@@ -309,13 +335,27 @@ def _enum(e: _Encoder, x: Enum, path: Any, out: list) -> None:
 
 def _model(e: _Encoder, x: BaseModel, path: Any, out: list) -> None:
     """The pydantic state as it is (no dump, no validation): fields, fields_set, extra, private."""
-    out.append(_class_ref(e, type(x), path))
-    names = _model_fields(type(x))
+    cls = type(x)
+    out.append(_class_ref(e, cls, path))
+    names = _MODEL_FIELDS.get(cls) or _model_fields(cls)
     state = x.__dict__
     if len(state) != len(names):  # other keys are cached_property values: left to recompute
         state = {k: v for k, v in state.items() if k in names}
-    out.append(e.fields(state, path))
-    out.append(e.shape(sorted(x.__pydantic_fields_set__)))
+    shapes = e.shape_index
+    key = tuple(state)  # e.fields(state, path), inline: a history is thousands of models
+    index = shapes.get(key)
+    if index is None:
+        index = shapes[key] = len(shapes)
+    payload = [index]
+    enc = e.enc
+    for k, v in state.items():
+        payload.append(v if type(v) in _INLINE else enc(v, (path, k, _ATTR)))
+    out.append(payload)
+    key = tuple(sorted(x.__pydantic_fields_set__))
+    index = shapes.get(key)
+    if index is None:
+        index = shapes[key] = len(shapes)
+    out.append(index)
     extra, private = getattr(x, "__pydantic_extra__", None), getattr(x, "__pydantic_private__", None)
     if extra is not None or private is not None:
         out.append(None if extra is None else e.fields(extra, path))
