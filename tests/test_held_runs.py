@@ -222,12 +222,15 @@ def _hold_elsewhere(db: str) -> Any:
         store.close()
 
 
-async def test_a_live_holder_whose_run_is_taken_over_stops_without_its_cleanup(cache, db, tmp_path):
+async def test_a_live_holder_whose_run_is_taken_over_stops_without_its_cleanup(cache, db, tmp_path, monkeypatch):
     """A run held on "another host" is taken with --force; the holder, in fact alive, finds out at its next
     checkpoint and stops there: the finally runs once, in the process that took the run over."""
     log = tmp_path / "log.txt"
     port = free_port()
     answers = {"rounds": 3, "log": str(log)}
+    monkeypatch.setenv("BRANCHC_CACHE", cache)
+    # cancel_run imports the server's build here: not another test's build of the same module
+    monkeypatch.delitem(sys.modules, TOOL_FILE.stem, raising=False)
     with serve(cache, db, port):
         gate = anyio.Event()
         outcome: list[Any] = []
