@@ -408,6 +408,34 @@ class Sampling(StrEnum):
     auto = "auto"
 
 
+class HandlerEngine(StrEnum):
+    monty = "monty"
+    cpython = "cpython"
+
+
+def _handler_engine(kind: HandlerEngine, unsafe: bool) -> Any:
+    """The result-handler engine `serve --result-handlers` names; CliError when it cannot run here."""
+    if kind is HandlerEngine.monty:
+        from .bridge.handlers.monty import MontyEngine
+
+        return MontyEngine()
+    from .bridge.handlers.sandbox import SandboxEngine, bubblewrap_available
+
+    problem = bubblewrap_available()
+    if problem is not None and not unsafe:
+        raise CliError(
+            f"--handler-engine cpython runs each handler under bubblewrap, which cannot run here: {problem}. "
+            f"Install bubblewrap (Debian: apt-get install bubblewrap) or use --handler-engine monty; "
+            f"--unsafe-handlers runs them with resource limits only, in no sandbox"
+        )
+    if problem is not None:
+        err.print(
+            f"[yellow bold]warning:[/] bubblewrap cannot run here ({escape(problem)}): result handlers run with "
+            f"resource limits only, IN NO SANDBOX (--unsafe-handlers)"
+        )
+    return SandboxEngine(unsafe=problem is not None)
+
+
 @app.command()
 def serve(
     path: Annotated[Path, typer.Argument(help="Tool sources (a file or a folder) or a build folder.")],
@@ -502,16 +530,41 @@ def serve(
             "'branchc[dask]'). Results and order are the same; ctx.all branches run in parallel.",
         ),
     ] = "inline",
+    result_handlers: Annotated[
+        bool,
+        typer.Option(
+            "--result-handlers",
+            help="Give every tool an optional result_handler parameter: a Python script run on the tool's output "
+            "in a sandbox, whose value is returned instead of the output.",
+        ),
+    ] = False,
+    handler_engine: Annotated[
+        HandlerEngine,
+        typer.Option(
+            "--handler-engine",
+            help="Where result handlers run: monty (an interpreter for a subset of Python, in worker processes) or "
+            "cpython (full Python, each handler in a bubblewrap sandbox).",
+        ),
+    ] = HandlerEngine.monty,
+    unsafe_handlers: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-handlers",
+            help="With --handler-engine cpython where bubblewrap cannot run: run handlers with resource limits "
+            "only, in no sandbox. Only for handlers you trust.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the tools in PATH to MCP clients, in both protocol eras."""
     from .bridge.durable import serving_store
+    from .bridge.handlers.wrap import add_result_handlers
     from .bridge.loading import load_served_tools
     from .bridge.provider import ChatCompletionsProvider
     from .bridge.server import create_server
     from .bridge.transport import serve_http, serve_stdio
     from .executors import ExecutorSpecError, open_executor, parse_executor
 
-    store = executor = None
+    store = executor = engine = None
     try:
         try:
             spec = parse_executor(executor_spec)
@@ -545,14 +598,26 @@ def serve(
             store=store,
             executor=executor,
         )
+        if result_handlers:
+            engine = _handler_engine(handler_engine, unsafe_handlers)
+            add_result_handlers(server, engine)
     except (BranchcError, CliError, ValueError) as error:
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
+
+    async def serving(run: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            await run(*args, **kwargs)
+        finally:
+            if engine is not None:  # its workers stop with the server
+                with anyio.CancelScope(shield=True):
+                    await engine.aclose()
+
     try:
         if http is None:
-            anyio.run(serve_stdio, server)
+            anyio.run(serving, serve_stdio, server)
             return
         host, _, port = http.rpartition(":")
         if not host or not port.isdigit():
@@ -561,7 +626,7 @@ def serve(
         kept = f"; runs kept in {store.url}" if store is not None else "; no store (--store none)"
         err.print(f"serving {len(tools)} tool(s) at http://{host}:{port}/mcp{escape(kept)}")
         limits = {"max_message_size": int(max_message_mb * 2**20), "session_timeout": session_timeout or None}
-        anyio.run(functools.partial(serve_http, server, host, int(port), **limits))
+        anyio.run(functools.partial(serving, serve_http, server, host, int(port), **limits))
     finally:
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)

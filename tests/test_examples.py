@@ -597,6 +597,8 @@ RESPONSES = {
         {"topic": "solid-state batteries"},
         lambda r: len(r["findings"]) == 3 and r["answer"].startswith("Solid"),
     ),
+    # this repository's own last commit (CI clones it whole)
+    "git_diff": ({"repo": str(EXAMPLES.parent)}, lambda r: r.startswith("diff --git a/")),
 }
 
 

@@ -79,7 +79,7 @@ def mount(
     executor, `branchc.executors.open_executor(spec)`) where sub-branch steps run, as there too. Returns the
     Bridge (its `tools`).
     """
-    lowlevel = _lowlevel(server)
+    lowlevel = lowlevel_server(server)
     found = _tools(tools, guided)
     # every refusal comes before the server is touched: a failed mount leaves it as it was
     sealed = any(isinstance(layer, RequestStateBoundary) for layer in lowlevel.middleware)
@@ -148,16 +148,14 @@ def mount(
     return bridge
 
 
-def _lowlevel(server: Any) -> Server:
+def lowlevel_server(server: Any, what: str = "mount() adds branchc tools to") -> Server:
+    """The lowlevel `Server` of an `MCPServer`, or `server` itself; TypeError naming `what` otherwise."""
     if isinstance(server, Server):
         return server
     inner = getattr(server, "_lowlevel_server", None)  # MCPServer
     if isinstance(inner, Server):
         return inner
-    raise TypeError(
-        f"mount() adds branchc tools to an mcp SDK server: an MCPServer or a mcp.server.Server, not "
-        f"{type(server).__name__}"
-    )
+    raise TypeError(f"{what} an mcp SDK server: an MCPServer or a mcp.server.Server, not {type(server).__name__}")
 
 
 def _tools(tools: ToolsArg, guided: bool) -> dict[str, Tool]:

@@ -1,0 +1,484 @@
+"""The default result-handler engine: Monty, an interpreter for a subset of Python written in Rust.
+
+Why Monty: a handler is code a model wrote, so it needs a real boundary, not Python-level restrictions
+(exec with trimmed builtins, audit hooks and RestrictedPython are all escapable). Monty runs the script in a
+separate `monty` worker process whose interpreter has no filesystem, network, environment or subprocesses
+unless the host grants them, with its own limits on time, heap memory and recursion; a worker that dies is
+replaced by the pool. This engine grants nothing: every file, environment or OS call is refused.
+
+One run: check out a fresh session from the warm pool (a worker of its own, no state from earlier runs),
+feed the prelude (a `print` that only counts, and the result check), then the script. `tool_output`,
+`arguments` and `tools` are its inputs. The script's last expression is wrapped in place (its lines keep
+their numbers) in a call of the check, so the result is tested for JSON data inside the sandbox, where a function or an
+iterator is still one (Monty hands such values to the host as their repr, a str). Each `tools.NAME(...)`
+call suspends the sandbox; the engine awaits the caller's `call` and resumes it with the result, or with
+the error as a `RuntimeError` the script may catch.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import json
+import re
+import sys
+from typing import Any
+
+import anyio
+import pydantic_monty as monty
+
+from ...runtime.jsondata import json_data_problems
+from .chaining import python_name
+from .engine import (
+    HandlerError,
+    HandlerLimitError,
+    HandlerResultError,
+    HandlerRuntimeError,
+    HandlerSyntaxError,
+    HandlerUnsupportedError,
+    Limits,
+    ToolCaller,
+)
+
+__all__ = ["MAX_SCRIPT_CHARS", "MontyEngine"]
+
+#: The longest script the engine reads (the host parses it once to find the last expression).
+MAX_SCRIPT_CHARS = 1 << 20
+
+#: Seconds past `limits.seconds` before the wall clock stops a run: Monty's own clock counts only the time
+#: the script computes, so a run waiting on slow tool calls is stopped by this one.
+WALL_GRACE = 0.5
+
+_MONTY = "Monty (the default handler engine, a subset of Python)"
+_HINT = "rewrite it without that, or ask for the full-CPython engine (sandbox)"
+_KINDS = "JSON data is None, bool, int, float, str, list, and dict with str keys"
+
+_PROBE = "__branchc_probe"
+_SCRIPT_FEED = "<python-input-1>"  # the session's second feed: the prelude is the first
+
+# Defined in every session before the script. `print` counts what would be printed and drops it (the worker's
+# stdout is nobody's: under stdio it would be the MCP transport); past the output limit it raises, so a print
+# flood stops at once instead of streaming to the time limit. `__branchc_probe` is the result check: json.dumps
+# (Rust, fast) refuses functions, iterators, sets, bytes, NaN and cycles; only then does `__branchc_where`
+# walk the value to name the first bad one. Tuples and non-str keys pass json.dumps: the host walk catches them.
+_PRELUDE = """\
+import json as __branchc_json
+import math as __branchc_math
+
+__branchc_printed = 0
+
+
+def print(*args, sep=' ', end='\\n', file=None, flush=False):
+    global __branchc_printed
+    text = (' ' if sep is None else sep).join([str(arg) for arg in args]) + ('\\n' if end is None else end)
+    __branchc_printed += len(text.encode())
+    if __branchc_printed > __branchc_output:
+        raise MemoryError(f'branchc: printed more than {__branchc_output} bytes (output limit)')
+
+
+def __branchc_where(value):
+    stack = [(value, 'result')]
+    seen = set()
+    while stack:
+        item, path = stack.pop()
+        kind = type(item)
+        if item is None or kind is bool or kind is int or kind is str:
+            continue
+        if kind is float:
+            if not __branchc_math.isfinite(item):
+                return f'{path}: {item!r} is not JSON data (JSON has no NaN or infinity)'
+            continue
+        if kind is list:
+            if id(item) not in seen:
+                seen.add(id(item))
+                for index in range(len(item) - 1, -1, -1):
+                    stack.append((item[index], f'{path}[{index}]'))
+            continue
+        if kind is dict:
+            if id(item) not in seen:
+                seen.add(id(item))
+                entries = list(item.items())
+                for key, _ in entries:
+                    if type(key) is not str:
+                        return f'{path}: key {key!r} is a {type(key).__name__}; JSON object keys are str'
+                for key, child in reversed(entries):
+                    stack.append((child, f'{path}[{key!r}]'))
+            continue
+        return f'{path}: {kind.__name__} is not JSON data'
+    return None
+
+
+def __branchc_probe(value):
+    try:
+        size = len(__branchc_json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(',', ':')).encode())
+    except (TypeError, ValueError) as error:
+        return (None, __branchc_where(value) or f'result: not JSON data ({type(error).__name__}: {error})', -1)
+    if size > __branchc_output:
+        return (None, None, size)
+    return (value, None, size)
+"""
+
+_UNSUPPORTED = re.compile(r"does not yet support (?P<what>.+)$")
+_OUTPUT_CAP = re.compile(r"> (?P<cap>\d+) bytes$")
+
+
+class _Tools:
+    """What `tools` is inside the sandbox: a host object with no attributes; its method calls reach the engine."""
+
+
+_Tools.__name__ = _Tools.__qualname__ = "tools"
+
+
+class MontyEngine:
+    """Runs handler scripts in a pool of warm Monty workers (the `ResultEngine` contract of engine.py).
+
+    The pool starts on the first run (or `start()`), holds `min_processes` idle workers, runs at most
+    `max_processes` handlers at once (later ones wait for a worker, up to `checkout_timeout` seconds), and
+    recycles a worker after `max_checkouts_per_worker` runs. `aclose()` stops it."""
+
+    name = "monty"
+
+    def __init__(
+        self,
+        *,
+        min_processes: int = 1,
+        max_processes: int | None = None,
+        checkout_timeout: float | None = 30.0,
+        max_checkouts_per_worker: int | None = 1000,
+    ) -> None:
+        self._options = {
+            "min_processes": min_processes,
+            "max_processes": max_processes,
+            "checkout_timeout": checkout_timeout,
+            "max_checkouts_per_worker": max_checkouts_per_worker,
+        }
+        self._pool: monty.AsyncMonty | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def start(self) -> None:
+        """Spawn the workers now (else the first run does), so no handler pays for the start."""
+        await self._started()
+
+    async def aclose(self) -> None:
+        """Stop the workers; a later run is refused."""
+        self._closed = True
+        async with self._lock:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await pool.__aexit__(None, None, None)
+                # pydantic-monty 1.4 finishes closing on a thread of its own after __aexit__ returns; a process
+                # that exits at once can abort in interpreter shutdown (seen 1 exit in 6): give it a moment
+                await anyio.sleep(0.05)
+
+    async def __aenter__(self) -> MontyEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _started(self) -> monty.AsyncMonty:
+        if self._closed:
+            raise HandlerError("the Monty engine is closed")
+        if self._pool is not None:
+            return self._pool
+        async with self._lock:
+            if self._pool is None:
+                pool = monty.AsyncMonty(**self._options)
+                await pool.__aenter__()
+                self._pool = pool
+            return self._pool
+
+    async def run(
+        self,
+        script: str,
+        tool_output: Any,
+        arguments: dict[str, Any],
+        *,
+        limits: Limits,
+        tools: dict[str, dict[str, Any]] | None = None,
+        call: ToolCaller | None = None,
+    ) -> Any:
+        """The script's result (JSON data), or a HandlerError saying why not."""
+        source, probed = _prepare(script)
+        lines = script.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        try:
+            pool = await self._started()
+        except (OSError, monty.MontyError) as error:  # no `monty` binary, or it cannot run here
+            raise HandlerError(f"the Monty engine could not start its workers: {error}") from None
+        bridge = _ToolBridge(tools, call, limits.tool_calls) if tools is not None and call is not None else None
+        inputs: dict[str, Any] = {"tool_output": tool_output, "arguments": arguments}
+        if bridge is not None:
+            inputs["tools"] = bridge.instance
+        try:
+            output = await self._run(pool, source, inputs, limits, bridge)
+        except monty.MontyError as error:
+            raise _translate(error, limits, lines, valid=probed) from None
+        return _checked(output, probed, limits)
+
+    async def _run(
+        self,
+        pool: monty.AsyncMonty,
+        source: str,
+        inputs: dict[str, Any],
+        limits: Limits,
+        bridge: _ToolBridge | None,
+    ) -> Any:
+        for attempt in range(3):
+            session = pool.checkout(script_name="handler.py", limits=_resource_limits(limits), os_policy=_OS_POLICY)
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    await stack.enter_async_context(session)
+                except TimeoutError as error:  # the pool's checkout_timeout: every worker is busy
+                    raise HandlerError(f"no Monty worker became free in time ({error}); try again") from None
+                printed = monty.CollectString(max_bytes=limits.output_bytes)  # what bypasses print(): sys.stdout
+                try:
+                    await session.feed_run(
+                        _PRELUDE, inputs={"__branchc_output": limits.output_bytes}, print_callback=printed
+                    )
+                except monty.MontyCrashedError:
+                    if attempt == 2:
+                        raise
+                    continue  # a worker that died idle (killed, out of memory): no script ran yet, take another
+                # the clock starts once a worker is ours: waiting for a free one is not the script's time
+                with anyio.move_on_after(limits.seconds + WALL_GRACE):
+                    return await self._feed(session, source, inputs, printed, bridge)
+                raise HandlerLimitError(_time_message(limits))
+        raise AssertionError("unreachable")
+
+    async def _feed(
+        self,
+        session: monty.AsyncMontySession,
+        source: str,
+        inputs: dict[str, Any],
+        printed: monty.CollectString,
+        bridge: _ToolBridge | None,
+    ) -> Any:
+        snapshot = await session.feed_start(source, inputs=inputs, print_callback=printed)
+        while not isinstance(snapshot, monty.MontyComplete):
+            snapshot = await _answer(snapshot, bridge)
+        return snapshot.output
+
+
+_OS_POLICY: monty.OSPolicy = {"sleep": "zero", "process_time": "zero"}  # a sleep would hide from the time limit
+
+
+def _resource_limits(limits: Limits) -> monty.ResourceLimits:
+    return {
+        "max_feed_duration_secs": limits.seconds,
+        "max_memory": limits.memory_mb << 20,
+        "max_recursion_depth": limits.recursion,
+        # every call out of the sandbox counts: tool calls, refused OS calls, undefined names
+        "max_suspensions": 2 * limits.tool_calls + 100,
+    }
+
+
+class _ToolBridge:
+    """`tools` for one run: which Python names are which tools, and how many calls were made."""
+
+    def __init__(self, tools: dict[str, dict[str, Any]], call: ToolCaller, limit: int) -> None:
+        self.instance = monty.ClassInstance(_Tools())
+        self.call = call
+        self.limit = limit
+        self.made = 0
+        self.names: dict[str, str] = {}
+        self.params: dict[str, dict[str, str]] = {}
+        for name in sorted(tools):
+            py = python_name(name)
+            if py in self.names:
+                continue  # two tools with one Python name: the first (sorted) keeps it
+            self.names[py] = name
+            properties = tools[name].get("properties") or {}
+            self.params[py] = {python_name(key): key for key in properties}
+
+    async def lookup(self, snapshot: monty.AsyncNameLookupSnapshot) -> monty.AsyncSnapshot:
+        """`tools.NAME` read without a call (`f = tools.git_log`): a host function whose calls come back
+        here by its name, `tools.NAME`; anything else is an AttributeError."""
+        py = snapshot.variable_name
+        if py not in self.names:
+            return await snapshot.resume()
+
+        def tool(**arguments: Any) -> Any:  # never runs: the engine answers each call of it (`answer`)
+            raise AssertionError("a tool function runs through MontyEngine")
+
+        tool.__name__ = tool.__qualname__ = f"tools.{py}"
+        return await snapshot.resume(value=tool)
+
+    async def answer(self, snapshot: monty.AsyncFunctionSnapshot, py: str) -> monty.AsyncSnapshot:
+        if py not in self.names:
+            known = ", ".join(f"tools.{n}" for n in sorted(self.names)) or "none"
+            error: BaseException = AttributeError(f"tools has no tool {py!r} (the tools are: {known})")
+            return await snapshot.resume({"exception": error})
+        if snapshot.args:
+            error = TypeError(f"tools.{py}() takes keyword arguments only: tools.{py}(name=value, ...)")
+            return await snapshot.resume({"exception": error})
+        self.made += 1
+        if self.made > self.limit:
+            raise HandlerLimitError(f"the handler called more than {self.limit} tools (tool call limit)")
+        keys = self.params[py]
+        arguments = {keys.get(key, key): value for key, value in snapshot.kwargs.items()}
+        try:
+            result = await self.call(self.names[py], arguments)
+        except HandlerError as failed:
+            return await snapshot.resume({"exception": RuntimeError(str(failed))})
+        return await snapshot.resume({"return_value": result})
+
+
+async def _answer(snapshot: Any, bridge: _ToolBridge | None) -> Any:
+    """Answer one suspension of the sandbox: a tool call, or a refusal of everything else."""
+    if isinstance(snapshot, monty.AsyncFunctionSnapshot):
+        if snapshot.is_os_function:
+            return await snapshot.resume_not_handled()  # Monty's refusal: PermissionError, unsupported, ...
+        name = str(snapshot.function_name)
+        if bridge is not None and snapshot.object_id == bridge.instance.id:
+            return await bridge.answer(snapshot, name)  # tools.NAME(...)
+        if bridge is not None and snapshot.object_id is None and name.startswith("tools."):
+            return await bridge.answer(snapshot, name.removeprefix("tools."))  # f = tools.NAME; f(...)
+        return await snapshot.resume({"exception": NameError(f"name {name!r} is not defined")})
+    if isinstance(snapshot, monty.AsyncNameLookupSnapshot):
+        if bridge is not None and snapshot.object_id == bridge.instance.id:
+            return await bridge.lookup(snapshot)
+        return await snapshot.resume()  # an undefined name: NameError
+    raise HandlerError("the handler waits on something that never completes (Monty: awaiting an external future)")
+
+
+def _prepare(script: str) -> tuple[str, bool]:
+    """The script with its last expression wrapped, on the same line, in the in-sandbox result check; and
+    whether it is wrapped. A script CPython cannot parse runs as given: Monty reports its errors."""
+    if not isinstance(script, str):
+        raise HandlerError(f"the script is a {type(script).__name__}, not a str")
+    if len(script) > MAX_SCRIPT_CHARS:
+        raise HandlerLimitError(f"the script is {len(script)} characters, more than {MAX_SCRIPT_CHARS} (script limit)")
+    text = script.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return text, False
+    if not tree.body:
+        raise HandlerResultError("the script is empty: its last expression is the result")
+    last = tree.body[-1]
+    if not isinstance(last, ast.Expr) or last.end_lineno is None or last.end_col_offset is None:
+        kind = type(last).__name__.lower()
+        raise HandlerResultError(
+            f"line {last.lineno}: the script must end with an expression, whose value is the result"
+            f" (it ends with a statement: {kind}); add a last line such as `summary`"
+        )
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def offset(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        return starts[lineno - 1] + len(lines[lineno - 1].encode()[:col].decode(errors="ignore"))
+
+    begin, end = offset(last.lineno, last.col_offset), offset(last.end_lineno, last.end_col_offset)
+    return f"{text[:begin]}{_PROBE}(({text[begin:end]})){text[end:]}", True
+
+
+def _checked(output: Any, probed: bool, limits: Limits) -> Any:
+    """The result once it is known to be JSON data within the output limit."""
+    if probed:
+        if not (isinstance(output, tuple) and len(output) == 3):
+            raise HandlerResultError("the result could not be checked (the script replaced the engine's check)")
+        value, problem, size = output
+        if problem is not None:
+            raise HandlerResultError(f"{problem}; {_KINDS}")
+        if isinstance(size, int) and size > limits.output_bytes:
+            raise HandlerLimitError(
+                f"the result is {size} bytes of JSON, more than {limits.output_bytes} (output limit):"
+                " return a smaller summary"
+            )
+    else:
+        value = output
+    try:
+        listed, total = json_data_problems(value, "result")
+    except RecursionError:
+        raise HandlerResultError("the result is nested too deeply to check (or to encode as JSON)") from None
+    if total:
+        more = f" (and {total - 1} more)" if total > 1 else ""
+        raise HandlerResultError(f"{listed[0]}{more}; {_KINDS}")
+    if not probed:
+        size = len(_dumps(value))
+        if size > limits.output_bytes:
+            raise HandlerLimitError(
+                f"the result is {size} bytes of JSON, more than {limits.output_bytes} (output limit)"
+            )
+    return value
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _time_message(limits: Limits) -> str:
+    return f"the handler ran longer than {limits.seconds:g} s (time limit)"
+
+
+def _where(error: monty.MontyError, lines: list[str]) -> tuple[int | None, str]:
+    """The line of the script where `error` happened (its innermost frame in the script), and its text as
+    the script has it (not as wrapped by the result check)."""
+    frames = error.traceback() if isinstance(error, (monty.MontyRuntimeError, monty.MontySyntaxError)) else []
+    mine = [frame for frame in frames if frame.filename == _SCRIPT_FEED]
+    if not mine:
+        return None, ""
+    line = mine[-1].line
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return line, text[:200]
+
+
+def _at(line: int | None, text: str) -> str:
+    if line is None:
+        return ""
+    return f" (line {line}: {text})" if text else f" (line {line})"
+
+
+def _translate(error: monty.MontyError, limits: Limits, lines: list[str], *, valid: bool) -> HandlerError:
+    """A Monty error as the HandlerError the calling model reads; `valid`: CPython parsed the script, so a
+    syntax error from Monty is a construct Monty lacks (e.g. `@=`), not a mistake in the script."""
+    if isinstance(error, monty.MontyCrashedError):
+        if error.timed_out:
+            return HandlerLimitError(_time_message(limits))
+        return HandlerError(f"the Monty worker running the handler died ({error}); it has been replaced, try again")
+    if isinstance(error, monty.MontySyntaxError):
+        line, text = _where(error, lines)
+        if valid:
+            where = f"line {line}: " if line is not None else ""
+            return HandlerUnsupportedError(f"{where}{_MONTY} cannot parse this valid Python ({error}): {_HINT}", line)
+        return HandlerSyntaxError(f"invalid Python: {error}{_at(line, text)}", line)
+    if isinstance(error, monty.MontyConversionError):
+        return HandlerError(f"a value could not cross into the Monty sandbox: {error}")
+    if not isinstance(error, monty.MontyRuntimeError):
+        return HandlerError(f"Monty failed: {error}")
+    inner = error.exception()
+    kind, message = type(inner).__name__, str(inner)
+    line, text = _where(error, lines)
+    if kind == "NotImplementedError" and (unsupported := _UNSUPPORTED.search(message)):
+        what = unsupported["what"]
+        where = f"line {line}: " if line is not None else ""
+        return HandlerUnsupportedError(f"{where}{_MONTY} does not support {what}: {_HINT}", line)
+    if kind == "TimeoutError" and "time limit exceeded" in message:
+        return HandlerLimitError(_time_message(limits))
+    if kind == "MemoryError" and message.startswith("branchc: printed"):
+        return HandlerLimitError(f"{message[len('branchc: ') :]}{_at(line, text)}")
+    if kind == "MemoryError" and "memory limit exceeded" in message:
+        cap = _OUTPUT_CAP.search(message)
+        if cap and int(cap["cap"]) == limits.output_bytes and limits.output_bytes != limits.memory_mb << 20:
+            return HandlerLimitError(f"the handler printed more than {limits.output_bytes} bytes (output limit)")
+        return HandlerLimitError(
+            f"the handler used more than {limits.memory_mb} MB of memory (memory limit){_at(line, text)}"
+        )
+    if kind == "RecursionError" and "maximum recursion depth" in message:
+        return HandlerLimitError(
+            f"the handler recursed deeper than {limits.recursion} calls (recursion limit){_at(line, text)}"
+        )
+    if kind == "RuntimeError" and re.search(r"suspension limit \d+ exceeded", message):
+        return HandlerLimitError(
+            f"the handler called out of the sandbox (tools, files, undefined names) too many times{_at(line, text)}"
+        )
+    if kind == "ModuleNotFoundError" and (module := re.search(r"No module named '([\w.]+)'", message)):
+        if module[1].split(".")[0] in sys.stdlib_module_names:
+            message += " (Monty has a part of the standard library: json, re, math, collections, itertools, ...)"
+    shown = f"{kind}: {message}" if message else kind
+    return HandlerRuntimeError(f"{shown}{_at(line, text)}")

@@ -1,0 +1,225 @@
+"""`add_result_handlers`: the seed's generative invocation on any MCP server of the `mcp` SDK.
+
+It wraps a server's `tools/list` and `tools/call` (a lowlevel `Server` or an `MCPServer`, branchc's own or
+anyone's). Every listed tool's input schema gains an optional `result_handler` parameter in the seed's shape,
+`{"language": "python", "script": str | [str, ...]}`. A call that gives one runs the tool as the server
+would without it, then runs the script in a sandbox (engine.py) against the tool's output, and returns only
+the script's value, with a note of how large the raw output was. A call without one is passed through
+untouched; so is a round of a multi-round-trip call that still asks for input (the handler runs on the
+result the call finally gives, as the client sends the same arguments every round).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import mcp.types as types
+from mcp.server import ServerRequestContext
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ...runtime.errors import format_validation_errors
+from ..mount import lowlevel_server
+from .chaining import ChainedCalls, render_wrappers
+from .engine import HandlerError, Limits, ResultEngine
+
+__all__ = ["ResultHandler", "ResultHandlers", "add_result_handlers"]
+
+PARAMETER = "result_handler"
+NOTE_KEY = "branchc/result_handler"
+
+
+class ResultHandler(BaseModel):
+    """The seed's `result_handler` argument."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    language: Literal["python"]
+    script: str | list[str]
+
+    @property
+    def source(self) -> str:
+        return self.script if isinstance(self.script, str) else "\n".join(self.script)
+
+
+def _parameter(wrappers: str | None) -> dict[str, Any]:
+    text = (
+        "Optional. A Python script run on this tool's output, in a sandbox, on the server: the tool's result "
+        "is then only the value of the script's last expression (JSON data), instead of the whole output. "
+        "The script sees `tool_output` (the output as JSON data: the structured result, or the text) and "
+        "`arguments` (this call's arguments)."
+    )
+    if wrappers:
+        text += " It may call this server's other tools, which return their results as JSON data:\n" + wrappers
+    return {
+        "type": "object",
+        "description": text,
+        "properties": {
+            "language": {"const": "python"},
+            "script": {
+                "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                "description": "The script, as one string or as a list of lines.",
+            },
+        },
+        "required": ["language", "script"],
+        "additionalProperties": False,
+    }
+
+
+_HANDLED_OUTPUT = {
+    "type": "object",
+    "properties": {"result": {}, "raw_output_bytes": {"type": "integer"}},
+    "required": ["result", "raw_output_bytes"],
+}
+
+
+def _output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    own = {key: value for key, value in schema.items() if key != "$defs"}
+    listed: dict[str, Any] = {"type": "object", "anyOf": [own, _HANDLED_OUTPUT]}
+    if "$defs" in schema:
+        listed["$defs"] = schema["$defs"]
+    return listed
+
+
+def tool_output(result: types.CallToolResult) -> Any:
+    """What a handler sees of a tool's result: its structured content, else its text (blocks joined by a
+    newline), else its content blocks as JSON data."""
+    if result.structured_content is not None:
+        return result.structured_content
+    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    if texts and len(texts) == len(result.content):
+        return "\n".join(texts)
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+
+
+def _size(result: types.CallToolResult) -> int:
+    return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+
+
+class ResultHandlers:
+    """The handlers of one server: its engine, their limits, and whether they may call the server's tools."""
+
+    def __init__(self, engine: ResultEngine, *, limits: Limits | None = None, chaining: bool = True) -> None:
+        self.engine = engine
+        self.limits = limits or Limits()
+        self.chaining = chaining
+
+    def listed(self, listed: types.ListToolsResult) -> types.ListToolsResult:
+        """`listed` with the `result_handler` parameter on every tool (and output schemas that admit what a
+        handled call returns)."""
+        schemas = {tool.name: dict(tool.input_schema) for tool in listed.tools}
+        wrappers = (
+            render_wrappers(schemas, {t.name: t.description or "" for t in listed.tools}) if self.chaining else None
+        )
+        tools = []
+        for tool in listed.tools:
+            schema = dict(tool.input_schema)
+            properties = dict(schema.get("properties") or {})
+            if PARAMETER in properties:
+                tools.append(tool)  # the tool has a parameter of that name: it keeps it, without handlers
+                continue
+            properties[PARAMETER] = _parameter(wrappers)
+            update: dict[str, Any] = {"input_schema": {**schema, "properties": properties}}
+            if tool.output_schema is not None:
+                update["output_schema"] = _output_schema(dict(tool.output_schema))
+            tools.append(tool.model_copy(update=update))
+        return listed.model_copy(update={"tools": tools})
+
+    async def call(
+        self,
+        ctx: ServerRequestContext,
+        params: types.CallToolRequestParams,
+        run: Any,
+        schemas: Mapping[str, dict[str, Any]],
+    ) -> Any:
+        """The call with its handler: `run(ctx, params)` is the server's own `tools/call`; `schemas` the
+        input schemas of the tools a handler may call."""
+        arguments = dict(params.arguments or {})
+        if PARAMETER not in arguments or PARAMETER in (schemas.get(params.name, {}).get("properties") or {}):
+            return await run(ctx, params)
+        raw = arguments.pop(PARAMETER)
+        try:
+            handler = ResultHandler.model_validate(raw)
+        except ValidationError as error:
+            lines = "\n".join(f"  {line}" for line in format_validation_errors(error))
+            return _error(f"{PARAMETER}: expected {{language: 'python', script: str | [str, ...]}}:\n{lines}")
+        result = await run(ctx, params.model_copy(update={"arguments": arguments}))
+        if not isinstance(result, types.CallToolResult) or result.is_error:
+            return result  # a round that asks for more input, or a failed tool: the handler waits, or has nothing
+        calls = None
+        if self.chaining:
+
+            async def chained(name: str, args: dict[str, Any]) -> Any:
+                inner = await run(ctx, types.CallToolRequestParams(name=name, arguments=args))
+                if not isinstance(inner, types.CallToolResult):
+                    raise HandlerError(f"tools.{name}: the tool asks for input, which a handler cannot give")
+                if inner.is_error:
+                    text = " ".join(b.text for b in inner.content if isinstance(b, types.TextContent))
+                    raise HandlerError(f"tools.{name} failed: {text}")
+                return tool_output(inner)
+
+            calls = ChainedCalls(dict(schemas), chained, self.limits.tool_calls)
+        try:
+            value = await self.engine.run(
+                handler.source,
+                tool_output(result),
+                arguments,
+                limits=self.limits,
+                tools=dict(schemas) if calls is not None else None,
+                call=calls,
+            )
+        except HandlerError as error:
+            return _error(f"{PARAMETER} failed ({self.engine.name}): {error}")
+        raw_bytes = _size(result)
+        text = json.dumps(value, ensure_ascii=False)
+        note = f"[{PARAMETER}: {len(text.encode())} bytes of result from {raw_bytes} bytes of raw tool output]"
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text), types.TextContent(type="text", text=note)],
+            structured_content={"result": value, "raw_output_bytes": raw_bytes},
+            _meta={NOTE_KEY: {"raw_output_bytes": raw_bytes, "engine": self.engine.name}},
+        )
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def add_result_handlers(
+    server: Any, engine: ResultEngine, *, limits: Limits | None = None, chaining: bool = True
+) -> ResultHandlers:
+    """Give every tool of `server` (an `MCPServer` or a lowlevel `Server`) the optional `result_handler`
+    parameter, run in `engine`. Call it after the server's tools are in place (and after `mount`)."""
+    lowlevel = lowlevel_server(server, "add_result_handlers() wraps")
+    handlers = ResultHandlers(engine, limits=limits, chaining=chaining)
+    own_list = lowlevel.get_request_handler("tools/list")
+    own_call = lowlevel.get_request_handler("tools/call")
+    if own_list is None or own_call is None:
+        raise ValueError("add_result_handlers(): the server has no tools/list or tools/call handler: add tools first")
+    schemas: dict[str, dict[str, Any]] = {}
+
+    async def list_tools(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
+        listed = await own_list.handler(ctx, params)
+        schemas.update({tool.name: dict(tool.input_schema) for tool in listed.tools})
+        return handlers.listed(listed)
+
+    async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams):
+        if not schemas:  # a client may call without listing first
+            listed = await own_list.handler(ctx, None)
+            schemas.update({tool.name: dict(tool.input_schema) for tool in listed.tools})
+        return await handlers.call(ctx, params, own_call.handler, schemas)
+
+    lowlevel.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
+    lowlevel.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    own_schema = lowlevel.get_tool_input_schema
+    if own_schema is not None:
+
+        def input_schema(name: str) -> Mapping[str, Any] | None:
+            schema = own_schema(name)
+            if schema is None or PARAMETER in (schema.get("properties") or {}):
+                return schema
+            return {**schema, "properties": {**(schema.get("properties") or {}), PARAMETER: _parameter(None)}}
+
+        lowlevel.get_tool_input_schema = input_schema
+    server.result_handlers = handlers
+    return handlers

@@ -1,0 +1,411 @@
+"""The full-CPython handler engine (sandbox.py): containment under bubblewrap, limits, protocol, tool chaining.
+
+Imports of os, subprocess, socket and ctypes succeed in full CPython; what is tested is that they reach nothing.
+Each test checks that the engine still answers afterwards (the `engine` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from branchc.bridge.handlers import sandbox
+from branchc.bridge.handlers.engine import (
+    HandlerError,
+    HandlerLimitError,
+    HandlerResultError,
+    HandlerRuntimeError,
+    HandlerSyntaxError,
+    Limits,
+)
+from branchc.bridge.handlers.sandbox import SandboxEngine, SandboxUnavailableError, bubblewrap_available
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        bubblewrap_available() is not None,
+        reason=f"bubblewrap cannot sandbox here: {bubblewrap_available()} (CI installs it)",
+    ),
+]
+
+LIMITS = Limits(seconds=3.0)
+HERE = Path(__file__).resolve()
+PROJECT = HERE.parent.parent
+
+
+@pytest.fixture
+async def engine():
+    """A sandboxed engine that must still answer a trivial handler after the test."""
+    engine = SandboxEngine()
+    yield engine
+    assert await engine.run("1 + 1", None, {}, limits=LIMITS) == 2
+    await engine.aclose()
+
+
+async def run(engine: SandboxEngine, script: str, tool_output=None, arguments=None, **kwargs):
+    return await engine.run(script, tool_output, arguments or {}, limits=kwargs.pop("limits", LIMITS), **kwargs)
+
+
+def _descendants() -> list[int]:
+    """Processes below this one (the sandboxes' bwrap and everything in them, as the host sees them)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+# -- containment -------------------------------------------------------------------------------------------
+
+
+async def test_host_files_are_out_of_reach(engine):
+    script = f"""
+import os
+reached = []
+for path in ["/etc/passwd", "/etc/shadow", "/etc/hostname", {str(HERE)!r}, {str(PROJECT / "pyproject.toml")!r},
+             {os.getcwd()!r}, {str(PROJECT)!r}, "/home", "/var", "/srv"]:
+    try:
+        if os.path.isdir(path):
+            os.listdir(path) and reached.append(path)
+        else:
+            open(path, "rb").read(1)
+            reached.append(path)
+    except OSError:
+        pass
+reached, sorted(os.listdir("/")), os.getcwd()
+"""
+    reached, root, cwd = await run(engine, script)
+    assert reached == []
+    assert cwd == sandbox.WORKDIR
+    assert set(root) <= {"usr", "lib", "lib64", "lib32", "libx32", "proc", "dev", "tmp", *Path(sys_prefix()).parts}
+
+
+def sys_prefix() -> str:
+    return sandbox._interpreter()[0]
+
+
+async def test_server_environment_is_invisible(engine, monkeypatch):
+    secret = f"branchc-secret-{os.getpid()}-{time.time_ns()}"
+    monkeypatch.setenv("BRANCHC_SANDBOX_SECRET", secret)
+    script = """
+import os
+seen = [repr(dict(os.environ))]
+for entry in os.listdir("/proc"):
+    if entry.isdigit() or entry == "self":
+        try:
+            seen.append(open(f"/proc/{entry}/environ", "rb").read().decode(errors="replace"))
+        except OSError:
+            pass
+for pid in (os.getppid(), 1):
+    try:
+        seen.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+    except OSError:
+        pass
+"\\n".join(seen), os.getppid(), sorted(e for e in os.listdir("/proc") if e.isdigit())
+"""
+    seen, ppid, pids = await run(engine, script)
+    assert secret not in seen
+    assert "BRANCHC_SANDBOX_SECRET" not in seen
+    assert ppid == 1 and os.getpid() not in map(int, pids)  # its own PID namespace: the server is not there
+
+
+async def test_writes_stay_inside_the_scratch_folder(engine, tmp_path):
+    name = f"branchc-sandbox-{os.getpid()}-{time.time_ns()}"
+    host_target = tmp_path / "escaped.txt"
+    stdlib = os.path.dirname(os.__file__)
+    script = f"""
+import os
+open("/tmp/{name}", "w").write("inside")
+open("here.txt", "w").write("x")
+inside = open("/tmp/{name}").read(), sorted(os.listdir("."))
+refused = []
+for path in [{str(host_target)!r}, {os.path.join(stdlib, name)!r}, "/{name}", "/usr/lib/{name}", "/dev/shm/../{name}"]:
+    try:
+        open(path, "w").write("escaped")
+    except OSError as exc:
+        refused.append(type(exc).__name__)
+inside, refused
+"""
+    inside, refused = await run(engine, script)
+    assert inside == ["inside", sorted([name, "here.txt"])]
+    assert len(refused) == 5
+    assert not Path("/tmp", name).exists()
+    assert not host_target.exists()
+    assert not Path(stdlib, name).exists()
+
+
+async def test_no_network_even_to_localhost(engine):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    try:
+        script = f"""
+import socket
+outcome = []
+for family, address in [(socket.AF_INET, ("127.0.0.1", {port})), (socket.AF_INET, ("10.0.0.1", 80))]:
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(1)
+    try:
+        s.connect(address)
+        outcome.append("connected")
+    except OSError as exc:
+        outcome.append(type(exc).__name__)
+    finally:
+        s.close()
+outcome, sorted(name for _, name in socket.if_nameindex())
+"""
+        outcome, interfaces = await run(engine, script)
+        assert "connected" not in outcome
+        assert interfaces == ["lo"]
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever arrived
+    finally:
+        listener.close()
+
+
+async def test_ctypes_cannot_lift_the_limits(engine):
+    script = """
+import ctypes, resource
+libc = ctypes.CDLL(None, use_errno=True)
+class RLimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_ulong), ("max", ctypes.c_ulong)]
+raise_as = libc.setrlimit(resource.RLIMIT_AS, ctypes.byref(RLimit(1 << 40, 1 << 40)))
+raise_nproc = libc.setrlimit(resource.RLIMIT_NPROC, ctypes.byref(RLimit(1 << 20, 1 << 20)))
+fork = libc.fork()
+unshare = libc.unshare(0x10000000)  # CLONE_NEWUSER
+setuid = libc.setuid(0)
+[raise_as, raise_nproc, fork, unshare, setuid, resource.getrlimit(resource.RLIMIT_AS)[1]]
+"""
+    *calls, memory = await run(engine, script)
+    assert calls == [-1, -1, -1, -1, -1]
+    assert memory == LIMITS.memory_mb << 20
+
+
+async def test_fork_bomb_is_contained_and_neighbours_still_run(engine):
+    bomb = "import os\nwhile True:\n    os.fork()\nNone"
+    results: dict[str, object] = {}
+
+    async def one(key: str, script: str) -> None:
+        try:
+            results[key] = await run(engine, script)
+        except HandlerError as exc:
+            results[key] = exc
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as group:
+        group.start_soon(one, "bomb", bomb)
+        for index in range(3):
+            group.start_soon(one, f"n{index}", f"sum(range({index} * 10))")
+    assert time.monotonic() - started < LIMITS.seconds + 2
+    assert isinstance(results["bomb"], HandlerLimitError)
+    assert "process" in str(results["bomb"])
+    assert [results[f"n{index}"] for index in range(3)] == [0, 45, 190]
+    with anyio.fail_after(5):
+        while _descendants():
+            await anyio.sleep(0.05)
+
+
+async def test_endless_loop_hits_the_time_limit(engine):
+    started = time.monotonic()
+    with pytest.raises(HandlerLimitError, match="time limit"):
+        await run(engine, "while True:\n    pass\nNone", limits=Limits(seconds=1.0))
+    assert time.monotonic() - started < 3
+
+
+async def test_ten_gigabytes_hit_the_memory_limit(engine):
+    with pytest.raises(HandlerLimitError, match="memory limit"):
+        await run(engine, "block = bytearray(10 * 1024**3)\nlen(block)")
+
+
+async def test_printing_a_gigabyte_hits_the_output_cap_quickly(engine):
+    started = time.monotonic()
+    with pytest.raises(HandlerLimitError, match="output cap"):
+        await run(engine, "for _ in range(1 << 20):\n    print('x' * 1024)\nNone")
+    with pytest.raises(HandlerLimitError, match="output cap"):
+        await run(engine, "import os\nfor _ in range(1 << 14):\n    os.write(2, b'x' * 65536)\nNone")
+    assert time.monotonic() - started < 3
+
+
+async def test_a_result_that_is_not_json_data(engine):
+    with pytest.raises(HandlerResultError, match="not JSON data"):
+        await run(engine, "object()")
+    with pytest.raises(HandlerResultError, match="not a string"):
+        await run(engine, "{1: 'a'}")
+    with pytest.raises(HandlerResultError, match="last statement"):
+        await run(engine, "x = 1")
+    with pytest.raises(HandlerLimitError, match="output cap"):
+        await run(engine, "'x' * 2_000_000")
+
+
+async def test_invalid_python_names_its_line(engine):
+    with pytest.raises(HandlerSyntaxError, match=r"line 3") as caught:
+        await run(engine, "a = 1\nb = 2\nc = (\nd = 4")
+    assert caught.value.line == 3
+    with pytest.raises(HandlerRuntimeError, match=r"ZeroDivisionError.*line 2"):
+        await run(engine, "a = 1\na / 0")
+
+
+# -- what handlers are for ---------------------------------------------------------------------------------
+
+DIFF_HANDLER = [
+    "summary = {'files_changed': 0, 'insertions': 0, 'deletions': 0}",
+    "for line in tool_output.split('\\n'):",
+    "    if line.startswith('---') or line.startswith('+++'):",
+    "        continue",
+    "    if line.startswith('diff --git'):",
+    "        summary['files_changed'] += 1",
+    "    elif line.startswith('+'):",
+    "        summary['insertions'] += 1",
+    "    elif line.startswith('-'):",
+    "        summary['deletions'] += 1",
+    "summary",
+]
+
+
+def _diff(files: int, added: int, removed: int) -> str:
+    """A unified diff of `files` files, each adding `added` lines and removing `removed`."""
+    parts = []
+    for index in range(files):
+        parts += [
+            f"diff --git a/src/f{index}.py b/src/f{index}.py",
+            f"--- a/src/f{index}.py",
+            f"+++ b/src/f{index}.py",
+            f"@@ -1,{removed + 1} +1,{added + 1} @@",
+            " context line",
+        ]
+        parts += [f"-old line {n} of file {index}" for n in range(removed)]
+        parts += [f"+new line {n} of file {index}" for n in range(added)]
+    return "\n".join(parts) + "\n"
+
+
+async def test_the_seed_diff_handler(engine):
+    diff = _diff(20, 70, 30)
+    assert 40_000 < len(diff) < 60_000
+    result = await run(engine, "\n".join(DIFF_HANDLER), diff, {"commit_a": "HEAD~10", "commit_b": "HEAD"})
+    assert result == {"files_changed": 20, "insertions": 20 * 70, "deletions": 20 * 30}
+
+
+async def test_arguments_and_the_whole_language(engine):
+    script = """
+from dataclasses import dataclass
+@dataclass
+class Point:
+    x: int
+    y: int
+def where(value):
+    match value:
+        case Point(x=0, y=0):
+            return "origin"
+        case Point(x=x, y=0):
+            return f"on x at {x}"
+        case _:
+            return "elsewhere"
+[where(Point(0, 0)), where(Point(arguments["x"], 0)), where(Point(1, 1)), tool_output["n"] * 2]
+"""
+    assert await run(engine, script, {"n": 21}, {"x": 5}) == ["origin", "on x at 5", "elsewhere", 42]
+
+
+async def test_tool_chaining_round_trip_and_bound(engine):
+    calls: list[tuple[str, dict]] = []
+    schemas = {
+        "git.log": {"type": "object", "properties": {"max_count": {"type": "integer"}}},
+        "echo": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    }
+
+    async def call(name: str, arguments: dict):
+        calls.append((name, arguments))
+        if name == "echo" and arguments["text"] == "fail":
+            raise HandlerError("echo refuses 'fail'")
+        return {"name": name, "arguments": arguments}
+
+    script = """
+first = tools.git_log(max_count=5)
+second = tools.echo(text="hi")
+try:
+    tools.echo(text="fail")
+    failed = None
+except tools.Error as exc:
+    failed = str(exc)
+[first, second, failed, sorted(n for n in dir(tools) if not n.startswith("_"))]
+"""
+    first, second, failed, names = await run(engine, script, tools=schemas, call=call)
+    assert first == {"name": "git.log", "arguments": {"max_count": 5}}
+    assert second == {"name": "echo", "arguments": {"text": "hi"}}
+    assert failed == "echo refuses 'fail'"
+    assert "echo" in names and "git_log" in names
+    assert calls == [("git.log", {"max_count": 5}), ("echo", {"text": "hi"}), ("echo", {"text": "fail"})]
+
+    calls.clear()
+    bounded = Limits(seconds=3.0, tool_calls=3)
+    with pytest.raises(HandlerLimitError, match="more than 3 tool calls"):
+        await run(engine, "[tools.echo(text=str(i)) for i in range(10)]", tools=schemas, call=call, limits=bounded)
+    assert len(calls) == 3
+
+    with pytest.raises(HandlerRuntimeError, match="NameError"):
+        await run(engine, "tools.echo(text='x')")  # no tools offered: no `tools`
+
+
+async def test_unsafe_mode_runs_without_bubblewrap_and_says_so(caplog):
+    with caplog.at_level("WARNING", logger=sandbox.__name__):
+        engine = SandboxEngine(unsafe=True)
+    assert not engine.sandboxed
+    assert "UNSAFE" in engine.notice and "UNSAFE" in caplog.text
+    script = f"import os\nos.getppid(), os.path.exists({str(HERE)!r})"
+    ppid, sees_host = await engine.run(script, None, {}, limits=LIMITS)
+    assert ppid == os.getpid() and sees_host  # no sandbox: the worker is this process's child, on the host
+    diff = _diff(3, 4, 5)
+    assert await engine.run("\n".join(DIFF_HANDLER), diff, {}, limits=LIMITS) == {
+        "files_changed": 3,
+        "insertions": 12,
+        "deletions": 15,
+    }
+    with pytest.raises(HandlerLimitError, match="time limit"):
+        await engine.run("while True:\n    pass\nNone", None, {}, limits=Limits(seconds=0.5))
+
+
+def test_without_bubblewrap_the_engine_is_refused(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    bubblewrap_available.cache_clear()
+    try:
+        reason = bubblewrap_available()
+        assert reason is not None and "not installed" in reason
+        assert SandboxEngine.check() == reason
+        with pytest.raises(SandboxUnavailableError, match="refuses this engine"):
+            SandboxEngine()
+    finally:
+        bubblewrap_available.cache_clear()
+
+
+async def test_overhead_per_call(engine):
+    """p50 per-call overhead of a trivial handler and of the diff handler on ~50 KB (target: p50 <= 150 ms)."""
+    diff = _diff(20, 70, 30)
+    report = {}
+    for label, script, output in [("trivial", "1", None), ("diff-50KB", "\n".join(DIFF_HANDLER), diff)]:
+        times = []
+        for _ in range(15):
+            started = time.perf_counter()
+            await run(engine, script, output)
+            times.append(time.perf_counter() - started)
+        times.sort()
+        report[label] = {"p50_ms": round(statistics.median(times) * 1000, 1), "max_ms": round(times[-1] * 1000, 1)}
+    print("sandbox overhead:", json.dumps(report))
+    assert report["trivial"]["p50_ms"] <= 150 and report["diff-50KB"]["p50_ms"] <= 150

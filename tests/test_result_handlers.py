@@ -1,0 +1,270 @@
+"""Generative invocation (issue 13): a `result_handler` script on any tool call (bridge/handlers/wrap.py).
+
+Real parts: a plain `mcp` SDK server (MCPServer) adopting it in a few lines, driven by the real client in both
+protocol eras; `branchc serve --result-handlers` over stdio with the git_diff example on a real git repository
+made here; the Monty engine (its own tests, test_handlers_monty.py, attack it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.server import MCPServer
+from pydantic import BaseModel
+
+from branchc.bridge.handlers.chaining import render_wrappers
+from branchc.bridge.handlers.monty import MontyEngine
+from branchc.bridge.handlers.wrap import add_result_handlers
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SEED_HANDLER = [  # the seed's handler, as written there
+    "summary = {'files_changed': 0, 'insertions': 0, 'deletions': 0}",
+    "for line in tool_output.split('\\n'):",
+    "    if line.startswith('---') or line.startswith('+++'):",
+    "        continue",
+    "    if line.startswith('diff --git'):",
+    "        summary['files_changed'] += 1",
+    "    elif line.startswith('+'):",
+    "        summary['insertions'] += 1",
+    "    elif line.startswith('-'):",
+    "        summary['deletions'] += 1",
+    "summary",
+]
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
+    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """A small repository whose last commit changes 3 files: 6 lines added, 2 removed."""
+    repo = tmp_path_factory.mktemp("repo")
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("one\ntwo\nthree\n")
+    (repo / "b.txt").write_text("alpha\nbeta\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "first")
+    (repo / "a.txt").write_text("one\n2\nthree\nfour\n")  # 1 line changed (+1 -1), 1 added
+    (repo / "b.txt").write_text("alpha\n")  # 1 removed
+    (repo / "c.txt").write_text("x\ny\nz\nw\n")  # 4 added
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "second")
+    return repo
+
+
+EXPECTED = {"files_changed": 3, "insertions": 6, "deletions": 2}
+
+
+class Lines(BaseModel):
+    lines: int
+
+
+def plain_server(repo: Path) -> MCPServer:
+    """A plain SDK server with two tools, as a user already has it."""
+    mcp = MCPServer("plain")
+
+    @mcp.tool(structured_output=False)  # text: what a handler sees as tool_output
+    def diff(base: str = "HEAD~1", head: str = "HEAD") -> str:
+        """The diff between two revisions."""
+        return git(repo, "diff", "--no-color", base, head, "--")
+
+    @mcp.tool()
+    def count_lines(text: str) -> Lines:
+        """How many lines a text has."""
+        return Lines(lines=len(text.splitlines()))
+
+    return mcp
+
+
+@pytest.fixture
+async def engine():
+    engine = MontyEngine()
+    try:
+        yield engine
+    finally:
+        await engine.aclose()
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_plain_sdk_server_adopts_result_handlers_in_a_few_lines(repo, engine, mode):
+    server = plain_server(repo)
+    add_result_handlers(server, engine)
+    async with Client(server, mode=mode) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        for tool in listed.values():
+            parameter = tool.input_schema["properties"]["result_handler"]
+            assert parameter["properties"]["language"] == {"const": "python"}
+            assert "result_handler" not in tool.input_schema.get("required", [])
+        raw = await client.call_tool("diff", {})
+        handled = await client.call_tool("diff", {"result_handler": {"language": "python", "script": SEED_HANDLER}})
+    assert not raw.is_error and text_of(raw).startswith("diff --git a/a.txt")
+    assert not handled.is_error, text_of(handled)
+    assert json.loads(handled.content[0].text) == EXPECTED
+    raw_bytes = handled.structured_content["raw_output_bytes"]
+    assert handled.structured_content["result"] == EXPECTED and raw_bytes > len(handled.content[0].text)
+    assert f"from {raw_bytes} bytes of raw tool output" in handled.content[1].text
+
+
+async def test_a_handler_sees_the_arguments_and_a_script_as_one_string(repo, engine):
+    server = plain_server(repo)
+    add_result_handlers(server, engine)
+    script = "[arguments['base'], len(tool_output.splitlines()) > 5]"
+    async with Client(server, mode="2026-07-28") as client:
+        result = await client.call_tool(
+            "diff", {"base": "HEAD~1", "result_handler": {"language": "python", "script": script}}
+        )
+    assert json.loads(result.content[0].text) == ["HEAD~1", True]
+
+
+async def test_handler_failures_are_tool_errors_and_the_server_goes_on(repo, engine):
+    server = plain_server(repo)
+    add_result_handlers(server, engine)
+    async with Client(server, mode="2026-07-28") as client:
+        bad = await client.call_tool("diff", {"result_handler": {"language": "python", "script": "x = (1,\ny = 2"}})
+        assert bad.is_error and "line" in text_of(bad), text_of(bad)
+        wrong = await client.call_tool("diff", {"result_handler": {"language": "ruby", "script": "1"}})
+        assert wrong.is_error and "result_handler" in text_of(wrong) and "language" in text_of(wrong)
+        not_json = await client.call_tool("diff", {"result_handler": {"language": "python", "script": "{1, 2}"}})
+        assert not_json.is_error and "JSON" in text_of(not_json), text_of(not_json)
+        handler = {"language": "python", "script": "tool_output['lines'] * 10"}  # the structured result
+        fine = await client.call_tool("count_lines", {"text": "a\nb", "result_handler": handler})
+    assert not fine.is_error and json.loads(fine.content[0].text) == 20
+
+
+async def test_a_handler_calls_other_tools_through_typed_wrappers(repo, engine):
+    server = plain_server(repo)
+    add_result_handlers(server, engine)
+    script = [
+        "n = tools.count_lines(text=tool_output)['lines']",
+        "{'lines': n, 'again': tools.count_lines(text='a\\nb\\nc')['lines']}",
+    ]
+    async with Client(server, mode="2026-07-28") as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        described = listed["diff"].input_schema["properties"]["result_handler"]["description"]
+        result = await client.call_tool("diff", {"result_handler": {"language": "python", "script": script}})
+        unknown = await client.call_tool(
+            "diff", {"result_handler": {"language": "python", "script": "tools.nope(x=1)"}}
+        )
+        badargs = await client.call_tool(
+            "diff", {"result_handler": {"language": "python", "script": "tools.count_lines(text=5)"}}
+        )
+        nested = await client.call_tool(
+            "diff",
+            {"result_handler": {"language": "python", "script": "tools.count_lines(text='a', result_handler={})"}},
+        )
+    assert "def count_lines(*, text: str) -> Any:" in described  # the typed wrapper, shown to the model
+    lines = len(git(repo, "diff", "--no-color", "HEAD~1", "HEAD", "--").splitlines())
+    assert json.loads(result.content[0].text) == {"lines": lines, "again": 3}
+    assert unknown.is_error and "no tool 'nope'" in text_of(unknown), text_of(unknown)
+    assert badargs.is_error and "do not fit the tool's schema" in text_of(badargs), text_of(badargs)
+    assert nested.is_error and "cannot have a result_handler" in text_of(nested), text_of(nested)
+
+
+async def test_the_calls_a_handler_makes_are_bounded(repo, engine):
+    from branchc.bridge.handlers.engine import Limits
+
+    server = plain_server(repo)
+    add_result_handlers(server, engine, limits=Limits(tool_calls=3))
+    script = ["total = 0", "for i in range(10):", "    total += tools.count_lines(text='a')['lines']", "total"]
+    async with Client(server, mode="2026-07-28") as client:
+        result = await client.call_tool("diff", {"result_handler": {"language": "python", "script": script}})
+    assert result.is_error and "more than 3 tools" in text_of(result), text_of(result)
+
+
+def test_typed_wrappers_are_valid_python_from_the_schemas():
+    source = render_wrappers(
+        {
+            "git.log": {
+                "type": "object",
+                "properties": {
+                    "max_count": {"type": "integer", "description": "How many commits"},
+                    "path": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                },
+            },
+            "echo": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        }
+    )
+    calls: list[Any] = []
+    unset = object()
+    scope = {
+        "Any": Any,
+        "_UNSET": unset,
+        "_given": lambda args: {k: v for k, v in args.items() if v is not unset},
+        "_call": lambda name, args: calls.append((name, args)) or len(calls),
+    }
+    exec(compile(source, "<wrappers>", "exec"), scope)  # the generated source, run as an engine would run it
+    tools = scope["tools"]
+    assert tools.git_log(max_count=5) == 1 and tools.echo(text="hi") == 2
+    assert calls == [("git.log", {"max_count": 5}), ("echo", {"text": "hi"})]
+    assert "max_count: int = _UNSET, path: str | None = _UNSET" in source
+    assert "max_count: How many commits" in source
+
+
+def test_serve_result_handlers_runs_the_git_diff_example(repo, tmp_path):
+    """`branchc serve examples/tools --result-handlers` over stdio, the real client, the example tool."""
+    import anyio
+
+    async def main() -> tuple[Any, Any]:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "branchc", "serve", str(ROOT / "examples" / "tools"), "--result-handlers"],
+            env={**os.environ, "BRANCHC_CACHE": str(tmp_path / "cache")},
+        )
+        async with Client(params, mode="legacy") as client:
+            raw = await client.call_tool("git_diff", {"repo": str(repo)})
+            handled = await client.call_tool(
+                "git_diff", {"repo": str(repo), "result_handler": {"language": "python", "script": SEED_HANDLER}}
+            )
+        return raw, handled
+
+    raw, handled = anyio.run(main)
+    assert not raw.is_error and text_of(raw).startswith("diff --git")
+    assert not handled.is_error, text_of(handled)
+    assert handled.structured_content["result"] == EXPECTED
+
+
+def test_serve_refuses_the_cpython_engine_where_bubblewrap_cannot_run(tmp_path):
+    """No bwrap on the PATH: `serve` says why at start and refuses that engine; --unsafe-handlers serves anyway,
+    saying loudly that handlers run in no sandbox."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip())
+    env = {**os.environ, "PATH": str(bin_dir), "BRANCHC_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "branchc", "serve", str(ROOT / "examples" / "tools"), "--result-handlers"]
+    refused = subprocess.run(
+        [*command, "--handler-engine", "cpython"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert refused.returncode == 1
+    assert "bubblewrap, which cannot run here" in refused.stderr and "--unsafe-handlers" in refused.stderr
+    unsafe = subprocess.run(
+        [*command, "--handler-engine", "cpython", "--unsafe-handlers"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,  # stdio ends at once: the server starts, then stops
+    )
+    assert "IN NO SANDBOX" in unsafe.stderr, unsafe.stderr
