@@ -125,7 +125,10 @@ def _describe(exc: BaseException, limits: dict, state: dict) -> dict:
     if (isinstance(exc, OSError) and exc.errno == errno.EAGAIN) or (
         isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
     ):
-        message = f"the handler passed its process limit ({limits['processes']} processes and threads): {exc}"
+        message = (
+            f"the handler passed its process limit (it may not start processes; at most {limits['processes']} "
+            f"threads): {exc}"
+        )
         return {"kind": "limit", "type": type(exc).__name__, "message": message, "line": line}
     if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
         message = f"the handler passed its file size limit ({limits['file_bytes']} bytes)"
