@@ -148,7 +148,11 @@ def run(
             raise CliError(f"--trace {trace}: no folder {trace.resolve().parent} to write it in")
         if interactive == (responses is not None):
             raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
-        if in_memory:
+        if file.suffix in (".yaml", ".yml"):  # a workflow: always compiled (its tool module is generated)
+            from .workflows import load_workflow_tool
+
+            tool = load_workflow_tool(file, warn=lambda diagnostic: _print_diagnostics([diagnostic]))
+        elif in_memory:
             tool = load_tool(file, tool_name)
         else:
             tool = load_compiled_tool(file, tool_name, warn=lambda diagnostic: _print_diagnostics([diagnostic]))
@@ -222,9 +226,12 @@ def check(
     """Report what the compiler, or `serve` when it loads the tools, would refuse, compiler style; exit 1
     when there are errors. Once the sources compile, their tool modules are imported, as `serve` does."""
     from .splitter.build import check as check_sources
+    from .workflows import check_workflow, find_workflows
 
     try:
-        diagnostics = check_sources(sources)
+        workflows = [file for source in sources for file in find_workflows(source)]
+        diagnostics = [found for file in workflows for found in check_workflow(file)]
+        diagnostics += check_sources([source for source in sources if source.suffix not in (".yaml", ".yml")])
     except FileNotFoundError as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
@@ -370,6 +377,10 @@ def graph(
     try:
         if tool_name is not None and function is not None:
             raise CliError("give --tool NAME or --function QUALNAME, not both")
+        if path.suffix in (".yaml", ".yml"):  # a workflow: draw its generated tool's split graph
+            from .workflows import workflow_build
+
+            path = workflow_build(path)
         drawn = split_graph(load_manifest(path), tool=tool_name, function=function)
         if trace is not None:
             overlay_trace(drawn, read_trace(trace))

@@ -17,6 +17,7 @@ from typing import Any
 from ..runtime.compiled import CompiledLoadError, LoadedBuild, LoadProblem, compiled_build, import_build, tool_line
 from ..runtime.errors import BranchcError
 from ..runtime.tool import Tool
+from ..workflows import WorkflowError, find_workflows, workflow_build
 from .elicitation import ElicitSchemaError, elicited_models, form_schema
 from .guided import RESUME_TOOL
 
@@ -53,13 +54,19 @@ def served_tools(
     path = Path(path)
     if not path.exists():
         raise CompiledLoadError(f"{path}: no such file or folder; give tool sources or a build folder")
-    try:
-        out = compiled_build(path, **warn)
-    except CompiledLoadError as error:
-        if not checking or error.out is None:
-            raise
-        out = error.out
-    loaded = import_build(out, every=checking)
+    workflows = [] if path.is_dir() and (path / "branchc.json").is_file() else find_workflows(path)
+    if path.is_file() and workflows:  # a workflow file: no Python sources beside it
+        loaded = LoadedBuild(path.resolve())
+    else:
+        try:
+            out = compiled_build(path, **warn)
+        except CompiledLoadError as error:
+            if not checking or error.out is None:
+                raise
+            out = error.out
+        loaded = import_build(out, every=checking)
+    if workflows:
+        _add_workflows(loaded, path, checking, **warn)
     problems = [*loaded.problems, *_form_problems(loaded)]
     if RESUME_TOOL in loaded.tools:
         source = _source_of(loaded, RESUME_TOOL, str(path))
@@ -75,6 +82,25 @@ def served_tools(
             )
         )
     return loaded.tools, problems
+
+
+def _add_workflows(loaded: LoadedBuild, path: Path, checking: bool, **warn: Any) -> None:
+    """The tools of the workflow files under `path` (compiled through their generated modules), added
+    to `loaded`; a workflow that does not check is a CompiledLoadError listing its problems."""
+    try:
+        extra = import_build(workflow_build(path, **warn), every=checking)
+    except WorkflowError as error:
+        raise CompiledLoadError(str(error)) from None
+    loaded.problems += extra.problems
+    loaded.modules.update(extra.modules)
+    loaded.manifest.update(extra.manifest)
+    for name, tool in extra.tools.items():
+        if name in loaded.tools:
+            source = _source_of(extra, name, str(path))
+            message = f"a second tool named {name!r} (a workflow's name is its tool's name)"
+            loaded.problems.append(LoadProblem(source, 1, 1, message, "tool names are unique on a server; rename one"))
+            continue
+        loaded.tools[name] = tool
 
 
 def _source_of(loaded: LoadedBuild, name: str, default: str) -> str:
