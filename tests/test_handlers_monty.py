@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _handler_support import SEED_HANDLER as SEED
 
 from branchc.bridge.handlers.engine import (
     HandlerError,
@@ -30,21 +31,6 @@ pytestmark = pytest.mark.anyio
 
 LIMITS = Limits(seconds=2.0, memory_mb=64, output_bytes=64 * 1024, tool_calls=5, recursion=100)
 SECRET = "branchc-test-secret-5f1e"
-
-# the seed's handler (generative-invocation.md), as its list of lines
-SEED = [
-    "summary = {'files_changed': 0, 'insertions': 0, 'deletions': 0}",
-    "for line in tool_output.split('\\n'):",
-    "    if line.startswith('---') or line.startswith('+++'):",
-    "        continue",
-    "    if line.startswith('diff --git'):",
-    "        summary['files_changed'] += 1",
-    "    elif line.startswith('+'):",
-    "        summary['insertions'] += 1",
-    "    elif line.startswith('-'):",
-    "        summary['deletions'] += 1",
-    "summary",
-]
 
 
 def make_diff(files: int) -> str:

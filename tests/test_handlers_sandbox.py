@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from _handler_support import SEED_HANDLER as DIFF_HANDLER
 
 from branchc.bridge.handlers import sandbox
 from branchc.bridge.handlers.engine import (
@@ -266,20 +267,6 @@ async def test_invalid_python_names_its_line(engine):
 
 
 # -- what handlers are for ---------------------------------------------------------------------------------
-
-DIFF_HANDLER = [
-    "summary = {'files_changed': 0, 'insertions': 0, 'deletions': 0}",
-    "for line in tool_output.split('\\n'):",
-    "    if line.startswith('---') or line.startswith('+++'):",
-    "        continue",
-    "    if line.startswith('diff --git'):",
-    "        summary['files_changed'] += 1",
-    "    elif line.startswith('+'):",
-    "        summary['insertions'] += 1",
-    "    elif line.startswith('-'):",
-    "        summary['deletions'] += 1",
-    "summary",
-]
 
 
 def _diff(files: int, added: int, removed: int) -> str:

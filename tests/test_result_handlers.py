@@ -16,6 +16,7 @@ from typing import Any
 
 import mcp.types as types
 import pytest
+from _handler_support import SEED_HANDLER
 from mcp import Client, StdioServerParameters
 from mcp.server import MCPServer
 from pydantic import BaseModel
@@ -27,20 +28,6 @@ from branchc.bridge.handlers.wrap import add_result_handlers
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parent.parent
-
-SEED_HANDLER = [  # the seed's handler, as written there
-    "summary = {'files_changed': 0, 'insertions': 0, 'deletions': 0}",
-    "for line in tool_output.split('\\n'):",
-    "    if line.startswith('---') or line.startswith('+++'):",
-    "        continue",
-    "    if line.startswith('diff --git'):",
-    "        summary['files_changed'] += 1",
-    "    elif line.startswith('+'):",
-    "        summary['insertions'] += 1",
-    "    elif line.startswith('-'):",
-    "        summary['deletions'] += 1",
-    "summary",
-]
 
 
 def git(repo: Path, *args: str) -> str:
