@@ -377,11 +377,16 @@ def graph(
     try:
         if tool_name is not None and function is not None:
             raise CliError("give --tool NAME or --function QUALNAME, not both")
-        if path.suffix in (".yaml", ".yml"):  # a workflow: draw its generated tool's split graph
-            from .workflows import workflow_build
+        if path.suffix in (".yaml", ".yml") and function is None and trace is None:  # a workflow: its steps
+            from .viz.workflow import workflow_graph
 
-            path = workflow_build(path)
-        drawn = split_graph(load_manifest(path), tool=tool_name, function=function)
+            drawn = workflow_graph(path)
+        else:
+            if path.suffix in (".yaml", ".yml"):  # a workflow's generated tool: its split graph (or a trace on it)
+                from .workflows import workflow_build
+
+                path = workflow_build(path)
+            drawn = split_graph(load_manifest(path), tool=tool_name, function=function)
         if trace is not None:
             overlay_trace(drawn, read_trace(trace))
         data = render(drawn, fmt.value)
@@ -401,7 +406,7 @@ def graph(
     except OSError as error:
         err.print(f"[red bold]error:[/] -o {escape(str(output))}: cannot write it: {escape(error.strerror or '')}")
         raise typer.Exit(1) from None
-    err.print(f"wrote {escape(str(output))} ({fmt.value}, {drawn.number_of_nodes()} states and phases)")
+    err.print(f"wrote {escape(str(output))} ({fmt.value}, {drawn.number_of_nodes()} nodes)")
 
 
 _SUFFIX_FORMATS = {

@@ -294,4 +294,8 @@ def test_branchc_check_and_run(tmp_path):
     assert '"status": "complete"' in ran.stdout
     graph = branchc("graph", str(EXAMPLE), "--format", "mermaid")
     assert graph.returncode == 0, graph.stderr
-    assert "elicit" in graph.stdout and "sample" in graph.stdout
+    assert "review  ·  answered by the user, in a form" in graph.stdout
+    assert '==>|"if not review.good_enough"|' in graph.stdout  # the conditional next, back to synthesize
+    split = branchc("graph", str(EXAMPLE), "--function", "chain_of_thought", "--format", "mermaid")
+    assert split.returncode == 0, split.stderr
+    assert "elicit" in split.stdout and "sample" in split.stdout  # the generated tool's split graph

@@ -58,11 +58,14 @@ from .results import error_result
 from .rounds import AnswerError, check_answered, feed, guarded, released_unless_fed, start_run
 
 __all__ = [
+    "REQUESTS",
     "RESUME_TOOL",
+    "Guide",
     "GuidedFullError",
     "GuidedRunTooLargeError",
     "GuidedRuns",
     "MemoryWaitingRuns",
+    "RequestsGuide",
     "WaitingRun",
     "WaitingRuns",
     "guided_output_schema",
@@ -294,14 +297,26 @@ class GuidedRuns:
             )
         return found
 
-    async def start(self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel) -> Any:
+    async def start(
+        self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, guide: Guide | None = None
+    ) -> Any:
+        """Start `tool`'s run; while it waits, each result is `guide`'s (the pending requests by default)."""
+        guide = guide or REQUESTS
         try:
             await self.io(self.store.admit)  # refused before before() runs: nothing of the tool has happened
         except GuidedFullError as error:
             return error_result(str(error))
-        return await guarded(start_run(bridge, ctx, tool, model, check=False), self._ask_new, bridge, ctx, tool)
 
-    async def resume(self, bridge: Any, ctx: ServerRequestContext, arguments: dict[str, Any] | None) -> Any:
+        async def ask_new(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
+            return await self._ask(ctx, handoff, machine, guide, new=True)
+
+        return await guarded(start_run(bridge, ctx, tool, model, check=False), ask_new, bridge, ctx, tool)
+
+    async def resume(
+        self, bridge: Any, ctx: ServerRequestContext, arguments: dict[str, Any] | None, guide: Guide | None = None
+    ) -> Any:
+        """Continue the run waiting under `arguments["state_id"]` with the answers `guide` reads from them."""
+        guide = guide or REQUESTS
         arguments = arguments or {}
         ident = arguments.get("state_id")
         try:
@@ -311,34 +326,35 @@ class GuidedRuns:
         # taken, the run keeps its place in the store until this round settles it: put back (answers
         # refused), kept again (it waits for more), or released here (it ended: done, failed, cancelled)
         settled = False  # put back
-        tool = bridge.tools[waiting.tool]
-        if self.check is not None:
-            try:
+        tool = bridge.tools.get(waiting.tool)
+        try:
+            if tool is None:
+                raise AnswerError(f"state_id {ident!r} is a run of the tool {waiting.tool!r}, which this server lacks")
+            guide.check(tool)
+            if self.check is not None:
                 self.check(ident, waiting, tool)
-            except BranchcError as error:  # saved by other code: it waits on, for a server that has that code
-                await self.io(self.store.put_back, ident, waiting)
-                return error_result(str(error))
+        except BranchcError as error:  # another tool's, or saved by other code: it waits on, for a server that has it
+            await self.io(self.store.put_back, ident, waiting)
+            return error_result(str(error))
 
         async def restored() -> tuple[Any, Machine]:
             nonlocal settled
             handoff, machine = load_run(waiting.saved)
             try:
                 with released_unless_fed(machine):
-                    answers = arguments.get("answers")
-                    if not isinstance(answers, dict):
-                        raise AnswerError("answers: give an object: request key -> answer")
+                    answers = guide.answers(tool, machine, arguments)
                     check_answered(machine, answers.keys(), "answers")
                     feed(machine, {key: _answer(machine.requests[key], answers[key]) for key in answers})
             except AnswerError as error:
                 # nothing was fed: the run still waits under its state id, for answers that fit
                 settled = True
                 await self.io(self.store.put_back, ident, waiting)
-                still = f"(the run still waits: call {RESUME_TOOL} again with this state_id)"
+                still = "(the run still waits: answer again with this state_id)"
                 raise AnswerError(f"{error}\n{still}") from None
             return handoff, machine
 
         async def ask_again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
-            return await self._ask(ctx, handoff, machine, taken=ident)  # keep() takes the place over, or ends it
+            return await self._ask(ctx, handoff, machine, guide, taken=ident)  # keep() takes the place over, or ends it
 
         try:
             return await guarded(restored(), ask_again, bridge, ctx, tool)
@@ -347,26 +363,52 @@ class GuidedRuns:
                 with anyio.CancelScope(shield=True):
                     await self.io(self.store.release, ident)
 
-    async def _ask_new(self, ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
-        return await self._ask(ctx, handoff, machine, new=True)
-
     async def _ask(
         self,
         ctx: ServerRequestContext,
         handoff: Any,
         machine: Machine,
+        guide: Guide,
         *,
         new: bool = False,
         taken: str | None = None,
     ) -> types.CallToolResult:
-        """The pending requests as a guide for the calling model; the run is kept under a new state id
+        """The run's wait as `guide` puts it for the calling model; the run is kept under a new state id
         (guarded() then releases this live copy: the run goes on from the kept one). The store's caps
         apply to every run: `new`, a run that starts waiting; `taken`, the id a continuing run was taken
         under (its place is taken over). Past a cap the store raises: guarded() halts the run (its
         cleanup runs once) and the call is a tool error that says why."""
-        requests = [_describe(request) for request in machine.pending]
         state_id = await self.keep(machine.tool, handoff, machine, new=new, taken=taken)
-        guide = {
+        shown = guide.waiting(machine, state_id)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(shown, ensure_ascii=False, indent=1))],
+            structured_content=shown,
+        )
+
+
+class Guide(Protocol):
+    """How a waiting run is put to the calling model, and how its answers are read back."""
+
+    def check(self, tool: Tool) -> None:
+        """Raise AnswerError when a run of `tool` cannot be continued through this guide's tool."""
+
+    def waiting(self, machine: Machine, state_id: str) -> dict[str, Any]:
+        """The result shown while the run waits under `state_id` (JSON data)."""
+
+    def answers(self, tool: Tool, machine: Machine, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Request key -> answer (a sample's text; a form's content, "decline" or "cancel"), read from the
+        resume call's `arguments`; AnswerError when they are refused (nothing is fed, the run waits on)."""
+
+
+class RequestsGuide:
+    """Guided mode for any tool: every pending request, answered through `branchc_resume` by its key."""
+
+    def check(self, tool: Tool) -> None:
+        return None
+
+    def waiting(self, machine: Machine, state_id: str) -> dict[str, Any]:
+        requests = [_describe(request) for request in machine.pending]
+        return {
             "status": "waiting_for_answers",
             "tool": machine.tool,
             "instruction": (
@@ -380,10 +422,15 @@ class GuidedRuns:
             },
             "state_id": state_id,
         }
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(guide, ensure_ascii=False, indent=1))],
-            structured_content=guide,
-        )
+
+    def answers(self, tool: Tool, machine: Machine, arguments: dict[str, Any]) -> dict[str, Any]:
+        answers = arguments.get("answers")
+        if not isinstance(answers, dict):
+            raise AnswerError("answers: give an object: request key -> answer")
+        return answers
+
+
+REQUESTS = RequestsGuide()
 
 
 def _describe(request: Request) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from ..runtime.tool import Tool
 from ..workflows import WorkflowError, find_workflows, workflow_build
 from .elicitation import ElicitSchemaError, elicited_models, form_schema
 from .guided import RESUME_TOOL
+from .workflow_tools import WorkflowTools
 
 __all__ = ["ServeLoadError", "load_served_tools", "served_tools"]
 
@@ -81,6 +82,11 @@ def served_tools(
                 "error" if guided else "warning",
             )
         )
+    for name in sorted(WorkflowTools(loaded.tools).names & loaded.tools.keys()):
+        source = _source_of(loaded, name, str(path))
+        line, column = tool_line(source, name)
+        message = f"a tool is named {name!r}, a name the guided tools of the workflows served beside it take"
+        problems.append(LoadProblem(source, line, column, message, "rename the tool"))
     return loaded.tools, problems
 
 

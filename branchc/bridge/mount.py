@@ -48,6 +48,7 @@ from .loading import ServeLoadError, load_served_tools
 from .provider import ChatCompletionsProvider, SamplingMode
 from .server import Bridge, state_security
 from .waiting import StoreWaitingRuns
+from .workflow_tools import WorkflowTools
 
 __all__ = ["mount"]
 
@@ -88,11 +89,14 @@ def mount(
             "state_key: this server seals request_state already (MCPServer does); give the key to the server "
             "instead: MCPServer(..., request_state_security=RequestStateSecurity(keys=[key]))"
         )
+    workflows = WorkflowTools(found)
     if (own := getattr(server, "_tool_manager", None)) is not None:
-        names = [*found, *([RESUME_TOOL] if guided else [])]
+        names = [*found, *([RESUME_TOOL] if guided else []), *workflows.names]
         if taken := sorted(name for name in names if own.get_tool(name) is not None):
             raise ValueError(f"{', '.join(taken)}: the server has a tool of that name already; rename one")
-    runs = store_guided_runs(GuidedRuns(store=StoreWaitingRuns(store)), found) if guided and store is not None else None
+    runs = None
+    if (guided or workflows) and store is not None:
+        runs = store_guided_runs(GuidedRuns(store=StoreWaitingRuns(store)), found)
     bridge = Bridge(
         found,
         name=lowlevel.name,
@@ -105,7 +109,7 @@ def mount(
         state_ttl=state_ttl,
         executor=executor,
     )
-    ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set())
+    ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set()) | bridge.workflows.names
     own_list = lowlevel.get_request_handler("tools/list")
     own_call = lowlevel.get_request_handler("tools/call")
 
@@ -125,6 +129,8 @@ def mount(
 
     lowlevel.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
     lowlevel.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    if bridge.workflows:
+        _add_prompts(lowlevel, bridge)
     own_schema = lowlevel.get_tool_input_schema
 
     def input_schema(name: str) -> Mapping[str, Any] | None:
@@ -146,6 +152,30 @@ def mount(
             RequestStateBoundary(state_security(state_key, state_ttl, warn=False), default_audience=lowlevel.name)
         )
     return bridge
+
+
+def _add_prompts(lowlevel: Server, bridge: Bridge) -> None:
+    """The workflows' guidance prompts beside the server's own (before them, on the first page)."""
+    own_list = lowlevel.get_request_handler("prompts/list")
+    own_get = lowlevel.get_request_handler("prompts/get")
+    ours = {prompt.name for prompt in bridge.workflows.prompts()}
+
+    async def list_prompts(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
+        listed = await bridge.list_prompts(ctx, params)
+        if own_list is None:
+            return listed
+        theirs = await own_list.handler(ctx, params)
+        if params is not None and params.cursor is not None:
+            return theirs
+        return theirs.model_copy(update={"prompts": [*listed.prompts, *theirs.prompts]})
+
+    async def get_prompt(ctx: ServerRequestContext, params: types.GetPromptRequestParams):
+        if params.name in ours or own_get is None:
+            return await bridge.get_prompt(ctx, params)
+        return await own_get.handler(ctx, params)
+
+    lowlevel.add_request_handler("prompts/list", types.PaginatedRequestParams, list_prompts)
+    lowlevel.add_request_handler("prompts/get", types.GetPromptRequestParams, get_prompt)
 
 
 def lowlevel_server(server: Any, what: str = "mount() adds branchc tools to") -> Server:

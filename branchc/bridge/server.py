@@ -36,6 +36,7 @@ from ..runtime.limits import Limits
 from ..runtime.messages import SampleResult
 from ..runtime.tool import Tool
 from ..store.base import RunStore
+from ..workflows.runtime import workflow_of
 from .backchannel import BackchannelClient, client_capabilities
 from .connection import connection_gone, ends_with_connection
 from .durable import DurableRounds, store_guided_runs, stored_response
@@ -46,6 +47,7 @@ from .provider import ChatCompletionsProvider, SamplingMode
 from .results import describe_failure, error_result, result_of
 from .rounds import missing_capability, run_round
 from .waiting import StoreWaitingRuns
+from .workflow_tools import WorkflowTools
 
 __all__ = ["Bridge", "create_server"]
 
@@ -75,13 +77,18 @@ class Bridge:
         self.limits = limits
         self.sampling = sampling
         self.provider = provider
-        self.guided = (guided_runs or GuidedRuns()) if guided else None
+        self.workflows = WorkflowTools(self.tools)  # workflows are also served guided (workflow_tools.py)
+        self.guided_mode = guided  # any tool the client cannot answer for is guided (branchc_resume)
+        # the runs waiting for the calling model: those of guided mode and of guided workflows
+        self.guided = (guided_runs or GuidedRuns()) if guided or self.workflows else None
         self.answer_timeout = answer_timeout  # seconds a client may take to answer a sample or form (None: no limit)
         self.store = store  # 2026-07-28 rounds checkpointed there, request_state a run reference (durable.py)
         self.durable = DurableRounds(store, ttl=state_ttl) if store is not None else None
         self.executor = executor  # where sub-branch steps run (branchc.executors); None: in this process
         if guided and RESUME_TOOL in self.tools:
             raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
+        if taken := sorted(self.workflows.names & self.tools.keys()):
+            raise ValueError(f"{', '.join(taken)}: a tool has the name a workflow's guided tools need; rename it")
 
     def sampler(self, ctx: ServerRequestContext) -> ChatCompletionsProvider | None:
         """The provider when it answers this call's samples; None when the client does."""
@@ -108,14 +115,21 @@ class Bridge:
             )
             for tool in self.tools.values()
         ]
-        if self.guided is not None:
+        tools += self.workflows.listed()
+        if self.guided_mode:
             tools.append(resume_tool())
         return types.ListToolsResult(tools=tools)
+
+    async def list_prompts(self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
+        return types.ListPromptsResult(prompts=self.workflows.prompts())
+
+    async def get_prompt(self, ctx: ServerRequestContext, params: types.GetPromptRequestParams):
+        return self.workflows.prompt(params.name, params.arguments)
 
     def _output_schema(self, ctx: ServerRequestContext, tool: Tool) -> dict | None:
         """The tool's output schema; for a client guided mode answers for, one that admits the guide too."""
         schema = tool.output_schema
-        if schema is not None and self.guided is not None and tool.requires - self.offered(ctx):
+        if schema is not None and self.guided_mode and tool.requires - self.offered(ctx):
             return guided_output_schema(schema)
         return schema
 
@@ -125,8 +139,10 @@ class Bridge:
         if self.guided is not None:
             # runs that expired are let go of, whether or not they are asked for
             await self.guided.io(self.guided.store.sweep)
-        if self.guided is not None and params.name == RESUME_TOOL:
+        if self.guided_mode and params.name == RESUME_TOOL:
             return await self.guided.resume(self, ctx, params.arguments)
+        if params.name in self.workflows.names:
+            return await self.workflows.call(self, ctx, params)
         tool = self.tools.get(params.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
@@ -135,7 +151,7 @@ class Bridge:
             model = tool.validate_params(params.arguments)
         except ParamsError as error:
             return error_result(str(error))
-        if self.guided is not None and tool.requires - self.offered(ctx):
+        if self.guided_mode and tool.requires - self.offered(ctx):
             return await self.guided.start(self, ctx, tool, model)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await run_round(self, ctx, tool, model, params)
@@ -242,7 +258,7 @@ def create_server(
     `executor` (a `concurrent.futures.Executor`, `branchc.executors.open_executor(spec)`): the steps of
     sub-branches run there, in parallel, in every era; the caller shuts it down. None: in this process."""
     runs = None
-    if guided:
+    if guided or any(workflow_of(tool) is not None for tool in tools.values()):
         held = guided_store if guided_store is not None else store
         waiting = (
             StoreWaitingRuns(held, guided_max_runs, guided_max_bytes)
@@ -273,6 +289,7 @@ def create_server(
             on_list_tools=bridge.list_tools,
             on_call_tool=bridge.call_tool,
             on_set_logging_level=set_logging_level,  # declares the logging capability (loglevel.py)
+            **(dict(on_list_prompts=bridge.list_prompts, on_get_prompt=bridge.get_prompt) if bridge.workflows else {}),
         )
     # without a key only this process can continue a round: that matters where replicas may share one address,
     # so serve_http warns of it (transport.py); on stdio one process serves its one client anyway

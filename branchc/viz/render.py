@@ -78,7 +78,9 @@ def readable(name: str) -> str:
 def node_lines(data: dict[str, Any]) -> list[str]:
     """The text drawn in a node, line by line."""
     kind = data["kind"]
-    if kind in ("return", "raise"):
+    if "text" in data:  # a workflow's step or end (viz/workflow.py): its lines are given
+        lines = list(data["text"])
+    elif kind in ("return", "raise"):
         lines = [kind]
     elif kind == "external":
         lines = [f"{data['function']}()", "(not compiled here)"]
@@ -125,7 +127,7 @@ def to_dot(graph: nx.MultiDiGraph) -> str:
     dot = graphviz.Digraph(
         "split",
         graph_attr={
-            "label": _esc(f"split graph of {graph.graph.get('title', '')}"),
+            "label": _esc(graph.graph.get("label") or f"split graph of {graph.graph.get('title', '')}"),
             "labelloc": "t",
             "fontname": "Helvetica",
             "rankdir": "TB",
@@ -144,7 +146,7 @@ def to_dot(graph: nx.MultiDiGraph) -> str:
         for node in members.get(cluster, []):
             data = graph.nodes[node]
             attrs = {"id": ids[node], "fillcolor": VISITED if data.get("visits") else "#ffffff"}
-            if data["kind"] in ("return", "raise"):
+            if data["kind"] in ("return", "raise", "end"):
                 attrs |= {"shape": "doubleoctagon" if data["kind"] == "raise" else "ellipse", "style": "filled"}
             elif data["kind"] == "phase":
                 attrs |= {"fillcolor": VISITED if data.get("visits") else "#fffbdd"}
@@ -190,7 +192,7 @@ def to_mermaid(graph: nx.MultiDiGraph) -> str:
         for node in members.get(cluster, []):
             data = graph.nodes[node]
             text = "<br/>".join(_mm(line) for line in node_lines(data))
-            shape = ('(["', '"])') if data["kind"] in ("return", "raise") else ('["', '"]')
+            shape = ('(["', '"])') if data["kind"] in ("return", "raise", "end") else ('["', '"]')
             out.append(f"{indent}{ids[node]}{shape[0]}{text}{shape[1]}")
         for child in tree.get(cluster, []):
             out.append(f'{indent}subgraph {child}["{_mm(graph.graph["clusters"][child]["label"])}"]')
@@ -248,6 +250,8 @@ def to_html(graph: nx.MultiDiGraph) -> str:
     legend = [(kind, style, text) for kind, (style, text) in EDGE_STYLES.items()]
     return template.render(
         title=graph.graph.get("title", ""),
+        label=graph.graph.get("label") or f"split graph of {graph.graph.get('title', '')}",
+        heading="workflow" if graph.graph.get("label") else "split graph of",
         svg=svg,
         # inside <script>: no `<`, `>` or `&` at all, so no text can end or re-open the element
         states=json.dumps(states, ensure_ascii=False)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pprint
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +57,11 @@ def find_workflows(path: str | Path) -> list[Path]:
     return sorted(found)
 
 
-def module_name(path: Path) -> str:
-    """The generated module's name: `workflow_` and the file's stem, as an identifier."""
-    return "workflow_" + re.sub(r"\W", "_", path.stem)
+def module_name(path: Path, root: Path | None = None) -> str:
+    """The generated module's name: `workflow_` and the file's path under `root` (its folder when
+    None) without the suffix, as an identifier, so `a/flow.yaml` and `b/flow.yaml` do not clash."""
+    relative = path.relative_to(root) if root is not None and root != path else Path(path.name)
+    return "workflow_" + re.sub(r"\W", "_", "__".join(relative.with_suffix("").parts))
 
 
 def _type(shape: Shape | Any, enum: list[Any] | None = None) -> str:
@@ -115,6 +119,7 @@ def _form_class(step: Step) -> tuple[str, bool]:
 def generate_module(workflow: Workflow, source: str, lines: dict[str, int]) -> str:
     """The Python source of the workflow's tool. `lines`: each step's line in the YAML file."""
     texts: dict[str, str] = {}
+    steps: dict[str, dict[str, Any]] = {}
     forms: list[str] = []
     body: list[str] = []
     requires = sorted({"elicitation" if step.answer_by == "user" else "sampling" for step in workflow.steps})
@@ -134,6 +139,13 @@ def generate_module(workflow: Workflow, source: str, lines: dict[str, int]) -> s
         ask, wrapped, form = _ask(step)
         if form:
             forms.append(form)
+        steps[step.id] = {
+            "answer_by": step.answer_by,
+            "save": step.save,
+            "schema": None if step.schema_ is None else _schema(step.schema_),
+            "wrapped": wrapped,
+            "foreach": step.foreach is not None,
+        }
         indent = "            "
         values = "saved"
         if step.foreach is not None:
@@ -147,15 +159,16 @@ def generate_module(workflow: Workflow, source: str, lines: dict[str, int]) -> s
             values = f"{{**saved, {step.foreach.as_!r}: items[index], 'loop': W.loop(index, len(items))}}"
         body.append(f"{indent}prompt = W.render({step.id!r}, 'instruction', {values})")
         body += [indent + line for line in ask(values)]
+        # after each yield the code reads `step`, so the step id is live at every suspension: it is in each
+        # snapshot, and guided serving reads it there (runtime.position) to say which step waits
         if step.answer_by == "user":
             body += [
                 f"{indent}if not answer.accepted:",
-                f"{indent}    return {{'status': answer.action, 'step': {step.id!r}, 'result': None, 'saved': saved}}",
-                f"{indent}value = W.form(answer.content, {wrapped})",
+                f"{indent}    return {{'status': answer.action, 'step': step, 'result': None, 'saved': saved}}",
+                f"{indent}value = W.form(step, answer.content)",
             ]
         else:
-            schema = None if step.schema_ is None else _schema(step.schema_)
-            body.append(f"{indent}value = W.answer({step.id!r}, answer.text, {schema!r})")
+            body.append(f"{indent}value = W.answer(step, answer.text)")
         if step.foreach is not None:
             body += [f"{indent}answers.append(value)", f"{indent}index += 1"]
             indent = indent[:-4]
@@ -184,6 +197,10 @@ W = Templates(
     {source!r},
     {line_table},
     {json.dumps(texts, indent=8, ensure_ascii=False)[:-1]}    }},
+    steps={textwrap.indent(pprint.pformat(steps, sort_dicts=False, width=100), "    ").lstrip()},
+    name={workflow.name!r},
+    description={workflow.description!r},
+    guidance={workflow.guidance!r},
 )
 {chr(10) * 2 + form_text + chr(10) if form_text else ""}
 
@@ -204,7 +221,7 @@ def _ask(step: Step) -> tuple[Any, bool, str]:
     wraps one value, the form class's source)."""
     system = f", system_prompt=W.render({step.id!r}, 'system_prompt', saved)" if step.system_prompt else ""
     tokens = f", max_tokens={step.max_tokens}" if step.max_tokens != 1024 else ""
-    schema = "" if step.schema_ is None else f" + W.schema_prompt({_schema(step.schema_)!r})"
+    schema = "" if step.schema_ is None else f" + W.schema_prompt({step.id!r})"
     if step.answer_by == "user":
         form, wrapped = _form_class(step)
         name = form.split("(", 1)[0].removeprefix("class ")
@@ -269,7 +286,7 @@ def generated_folder(path: str | Path) -> Path:
     for file in find_workflows(path):
         workflow, _ = load_workflow(file)
         text = generate_module(workflow, str(file.resolve()), _step_lines(file, workflow))
-        target = folder / f"{module_name(file)}.py"
+        target = folder / f"{module_name(file, path if path.is_dir() else None)}.py"
         wanted.add(target.name)
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")

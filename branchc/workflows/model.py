@@ -76,6 +76,7 @@ class Workflow(_Strict):
 
     name: Identifier
     description: str = ""
+    guidance: str = ""  # more for the calling model, added to the guidance prompt served for the workflow
     params: dict[Identifier, Param] = Field(default_factory=dict)
     steps: Annotated[list[Step], Field(min_length=1)]
 

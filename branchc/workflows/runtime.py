@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -16,9 +17,12 @@ from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
+from ..continuation.generator import state
 from ..runtime.errors import BranchcError
+from ..runtime.machine import Machine
+from ..runtime.tool import Tool
 
-__all__ = ["ENVIRONMENT", "Templates", "WorkflowRunError"]
+__all__ = ["ENVIRONMENT", "Position", "Templates", "WorkflowRunError", "workflow_of"]
 
 ENVIRONMENT = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 ENVIRONMENT.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
@@ -41,13 +45,37 @@ def _expression(source: str) -> Any:
 _FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
 
-class Templates:
-    """A workflow's templates and the place of each step in its YAML file, for error messages."""
+@dataclass(frozen=True)
+class Position:
+    """Where a workflow's run waits: the step, and within a foreach step the item (1-based) of how many."""
 
-    def __init__(self, source: str, lines: dict[str, int], texts: dict[str, str]) -> None:
+    step: str
+    item: int | None = None
+    of: int | None = None
+
+
+class Templates:
+    """A workflow as its generated module holds it: the templates, what each step asks and keeps (`steps`:
+    answer_by, save, schema, wrapped, foreach), and the place of each step in its YAML file, for errors."""
+
+    def __init__(
+        self,
+        source: str,
+        lines: dict[str, int],
+        texts: dict[str, str],
+        steps: dict[str, dict[str, Any]] | None = None,
+        *,
+        name: str = "",
+        description: str = "",
+        guidance: str = "",
+    ) -> None:
         self.source = source
         self.lines = lines
         self.texts = texts
+        self.steps = steps or {}
+        self.name = name
+        self.description = description
+        self.guidance = guidance
 
     def where(self, step: str) -> str:
         return f"{self.source}:{self.lines.get(step, 1)}: step {step!r}"
@@ -76,8 +104,16 @@ class Templates:
             )
         return value
 
-    def answer(self, step: str, text: str, schema: dict[str, Any] | None) -> Any:
+    def answer(self, step: str, text: str) -> Any:
         """A model's answer as saved: its text, or with a schema the JSON value it holds, checked."""
+        try:
+            return self.parse(step, text)
+        except ValueError as error:
+            raise WorkflowRunError(f"{self.where(step)}: {error}") from None
+
+    def parse(self, step: str, text: str) -> Any:
+        """The answer's value (`answer` without the step's place); ValueError says why it does not fit."""
+        schema = self.steps[step]["schema"]
         if schema is None:
             return text
         fenced = _FENCE.match(text)
@@ -86,24 +122,20 @@ class Templates:
             value = json.loads(raw)
         except ValueError:
             if schema.get("type") != "string":
-                raise WorkflowRunError(
-                    f"{self.where(step)}: the answer is not JSON, and the step's schema asks for "
-                    f"{schema.get('type')}: {text[:200]!r}"
+                raise ValueError(
+                    f"the answer is not JSON, and the step's schema asks for {schema.get('type')}: {text[:200]!r}"
                 ) from None
             value = text
         try:
             jsonschema.validate(value, schema)
         except jsonschema.ValidationError as error:
-            raise WorkflowRunError(
-                f"{self.where(step)}: the answer does not fit the step's schema: {error.message}"
-            ) from None
+            raise ValueError(f"the answer does not fit the step's schema: {error.message}") from None
         return value
 
-    @staticmethod
-    def form(content: BaseModel, wrapped: bool) -> Any:
+    def form(self, step: str, content: BaseModel) -> Any:
         """A user's accepted form as saved: its fields, or the one value of a form that wraps a scalar."""
         data = content.model_dump(mode="json")
-        return data["answer"] if wrapped else data
+        return data["answer"] if self.steps[step]["wrapped"] else data
 
     @staticmethod
     def loop(index: int, length: int) -> dict[str, Any]:
@@ -116,6 +148,24 @@ class Templates:
             "last": index == length - 1,
         }
 
-    def schema_prompt(self, schema: dict[str, Any]) -> str:
+    def position(self, machine: Machine) -> Position:
+        """The step a suspended run of this workflow waits in, read from its live variables: the generated
+        code keeps `step` live across every yield (and `index` and `items` in a foreach), so this holds in
+        any process the run moved to."""
+        _, _, live = state(machine.branches["0"].generator)
+        if live.get("step") not in self.steps:
+            raise RuntimeError(f"{machine.tool}: not a run of the workflow {self.name!r} waiting in a step")
+        if self.steps[live["step"]]["foreach"] and "index" in live and "items" in live:
+            return Position(live["step"], live["index"] + 1, len(live["items"]))
+        return Position(live["step"])
+
+    def schema_prompt(self, step: str) -> str:
         """The line appended to a model step's prompt when its answer has a schema."""
+        schema = self.steps[step]["schema"]
         return "\n\nAnswer with JSON only, matching this JSON Schema:\n" + json.dumps(schema, ensure_ascii=False)
+
+
+def workflow_of(tool: Tool) -> Templates | None:
+    """The workflow a tool was compiled from (its generated module's `W`), or None for a Python tool."""
+    found = getattr(tool.fn, "__globals__", {}).get("W")
+    return found if isinstance(found, Templates) else None
