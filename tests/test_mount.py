@@ -169,3 +169,22 @@ def test_mount_refuses_what_it_cannot_serve(tools_dir):
 
     with pytest.raises(ValueError, match="branchc_resume: the server has a tool of that name already"):
         mount(resumes, tools_dir, guided=True)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_mounted_workflows_bring_their_guided_tools_and_prompts_beside_the_servers_own(tools_dir, mode):
+    workflow = "workflow:\n  name: greet\n  steps:\n    - id: hello\n      instruction: Say hello\n      save: reply\n"
+    (tools_dir / "greet.yaml").write_text(workflow + "      complete: '{{ reply }}!'\n")
+    mcp = mcpserver()
+    mount(mcp, tools_dir)
+    async with Client(mcp, mode=mode) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert {"add", "haiku", "greet", "start_greet", "workflow_submit", "workflow_continue"} <= listed
+        assert {p.name for p in (await client.list_prompts()).prompts} == {"greet", "review"}
+        assert "start_greet" in (await client.get_prompt("greet")).messages[0].content.text
+        own = await client.get_prompt("review", {"code": "x = 1"})  # the server's own prompt, still its own
+        assert own.messages[0].content.text == "Review this code: x = 1"
+        step = (await within(30, client.call_tool("start_greet", {}))).structured_content
+        assert step["instruction"] == "Say hello" and step["next_action"]["tool"] == "workflow_submit"
+        done = await client.call_tool("workflow_submit", {"state_id": step["state_id"], "answer": "hi"})
+        assert done.structured_content["result"] == "hi!"

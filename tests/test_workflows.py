@@ -299,3 +299,35 @@ def test_branchc_check_and_run(tmp_path):
     split = branchc("graph", str(EXAMPLE), "--function", "chain_of_thought", "--format", "mermaid")
     assert split.returncode == 0, split.stderr
     assert "elicit" in split.stdout and "sample" in split.stdout  # the generated tool's split graph
+
+
+def test_the_workflow_graph_draws_each_step_with_the_machine_state_it_waits_in():
+    from branchc.viz.workflow import workflow_graph
+
+    graph = workflow_graph(EXAMPLE)
+    edges = {(a, b, data["kind"], data["label"]) for a, b, data in graph.edges(data=True)}
+    assert edges == {
+        ("start", "decompose", "normal", ""),
+        ("decompose", "reason", "normal", ""),
+        ("reason", "reason", "loop", "for each subtask in subtasks"),
+        ("reason", "synthesize", "normal", ""),
+        ("synthesize", "review", "normal", ""),
+        ("review", "synthesize", "loop", "if not review.good_enough"),
+        ("review", "complete", "handoff", "otherwise, result {{ synthesis }}"),
+        ("review", "ended", "exception", "decline / cancel"),
+    }
+    waits = {step: next(line for line in graph.nodes[step]["text"] if line.startswith("waits in state")) for step in
+             ("decompose", "reason", "synthesize", "review")}  # fmt: skip
+    assert len({line.split(",")[0] for line in waits.values()}) == 4  # four suspensions of one machine
+    assert waits["reason"].endswith("carrying answers, index, items, saved, step")  # a foreach keeps its place
+    assert waits["review"].endswith("carrying saved, step")
+    assert graph.nodes["review"]["text"][0] == "review  ·  answered by the user, in a form"
+
+
+def test_the_readme_shows_the_graph_branchc_draws():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Workflows in YAML") :]
+    shown = section[section.index("```mermaid\n") + len("```mermaid\n") :]
+    drawn = branchc("graph", "examples/workflows/chain_of_thought.yaml", "--format", "mermaid")
+    assert drawn.returncode == 0, drawn.stderr
+    assert shown[: shown.index("```")] == drawn.stdout

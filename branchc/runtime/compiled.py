@@ -194,7 +194,8 @@ def load_compiled_tool(path: str | Path, name: str | None = None, **warn: Any) -
 
 
 def tool_line(source: str, name: str) -> tuple[int, int]:
-    """(line, column) of the `tool("name", ...)` call in the file `source`; (1, 1) when not found."""
+    """(line, column) of the `tool("name", ...)` call in the file `source`, or of the `def name` a bare
+    `@tool` names; (1, 1) when not found."""
     try:
         tree = ast.parse(Path(source).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
@@ -208,7 +209,18 @@ def tool_line(source: str, name: str) -> tuple[int, int]:
             and getattr(node.func, "id", getattr(node.func, "attr", None)) in ("tool", "Tool")
         ):
             return node.lineno, node.col_offset + 1
+        if isinstance(node, ast.FunctionDef) and node.name == name and any(map(_bare_tool, node.decorator_list)):
+            return node.lineno, node.col_offset + 1
     return 1, 1
+
+
+def _bare_tool(decorator: ast.expr) -> bool:
+    """`@tool` or `@tool(...)` without a name: the tool is named after the function."""
+    if isinstance(decorator, ast.Call):
+        if decorator.args and isinstance(decorator.args[0], ast.Constant):
+            return False
+        decorator = decorator.func
+    return getattr(decorator, "id", getattr(decorator, "attr", None)) == "tool"
 
 
 def _from_build(module: ModuleType, root: Path) -> bool:

@@ -129,7 +129,8 @@ class Templates:
         try:
             jsonschema.validate(value, schema)
         except jsonschema.ValidationError as error:
-            raise ValueError(f"the answer does not fit the step's schema: {error.message}") from None
+            where = "" if error.json_path == "$" else f" at {error.json_path}"
+            raise ValueError(f"the answer does not fit the step's schema{where}: {error.message}") from None
         return value
 
     def form(self, step: str, content: BaseModel) -> Any:
