@@ -165,6 +165,33 @@ async def test_the_same_workflow_runs_as_one_call_where_the_client_samples_and_e
     assert len(client.sampled[-1].messages) == 2 * len(RESPONSES["sample"]) - 1
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_one_call_keeps_the_history_for_model_steps_and_not_for_sampling_steps(era, flows):
+    folder, env = flows
+    report = {"report": "The login page returns 500"}
+    answers = {
+        "Read this report: The login page returns 500": "read it",
+        "Rate the severity of this report from 1 to 5: The login page returns 500"
+        '\n\nAnswer with JSON only, matching this JSON Schema:\n{"type": "integer"}': "4",
+        "Write the page for team api": "Paging api",
+    }
+    client = Scripted(answers, [{"action": "accept", "content": {"answer": "api"}}])
+    async with Client(stdio(folder, env), mode=era, **client.callbacks()) as session:
+        result = await within(60, session.call_tool("triage", report))
+    assert not result.is_error, result.content[0].text
+    expected = await native(folder / "triage.yaml", report, list(answers.values()), client.elicits)
+    assert result.structured_content == expected and expected["result"] == "Paging api"
+    read, severity, page = client.sampled
+    assert len(read.messages) == 1 and len(severity.messages) == 1  # the sampling step: its prompt alone
+    assert [m.content_as_list[0].text for m in page.messages] == [  # the model step: the history, without it
+        "Read this report: The login page returns 500",
+        "read it",
+        "Write the page for team api",
+    ]
+    (form,) = client.elicited
+    assert form.requested_schema["properties"]["answer"]["enum"] == ["web", "api"]
+
+
 async def _prompts_of_native_run() -> dict[str, str]:
     client = MockClient(list(RESPONSES["sample"]), list(RESPONSES["elicit"]))
     await run_tool(load_workflow_tool(EXAMPLE), PARAMS, client)

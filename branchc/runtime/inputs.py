@@ -39,7 +39,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from .errors import BranchcError
 
-__all__ = ["INPUT_LIMITS", "InputError", "InputLimits", "parse_json", "parse_yaml", "read_text"]
+__all__ = ["INPUT_LIMITS", "InputError", "InputLimits", "parse_json", "parse_yaml", "read_text", "yaml_loader"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -259,6 +259,13 @@ def _loader(limits: InputLimits) -> type:
 
 
 _LOADERS: dict[InputLimits, type] = {}
+
+
+def yaml_loader(text: str, limits: InputLimits = INPUT_LIMITS) -> Any:
+    """A loader over `text` for who needs the YAML nodes and their marks (a checker that reports line and
+    column): the same limits and refusals as parse_yaml. `get_single_node()`, then `dispose()` it."""
+    loader = _LOADERS.get(limits) or _LOADERS.setdefault(limits, _loader(limits))
+    return loader(text)
 
 
 def parse_yaml(text: str, where: str, limits: InputLimits = INPUT_LIMITS) -> Any:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from ..runtime.errors import BranchcError
-from ..runtime.inputs import INPUT_LIMITS, InputError, _loader, read_text
+from ..runtime.inputs import InputError, read_text, yaml_loader
 from ..splitter.diagnostics import Diagnostic
 from .model import Branch, Foreach, Param, Shape, Step, Workflow, WorkflowFile
 from .runtime import ENVIRONMENT
@@ -73,7 +73,7 @@ class Source:
 
 
 def _compose(path: str, text: str) -> Any:
-    loader = _loader(INPUT_LIMITS)(text)
+    loader = yaml_loader(text)
     try:
         return loader, loader.get_single_node()
     except yaml.MarkedYAMLError as error:
