@@ -6,6 +6,10 @@ call returns the run's pending requests as its result: what each asks, how to an
 as the text it would reply; an elicitation by asking its user and passing the form's content,
 or "decline" / "cancel"), calls `branchc_resume`, and the run goes on, as often as it asks.
 
+How a waiting run is shown and its answers read is a `Guide`: `RequestsGuide` (above: every pending
+request, answered through `branchc_resume` by its key) or a workflow's steps (workflow_tools.py: the
+seed's step results, answered through `workflow_submit` and `workflow_continue`); the runs are held alike.
+
 The run waits on the server meanwhile, as a saved run under an unguessable id that is good
 for one continuation and expires; an unknown, used or expired id is a clear tool error.
 
