@@ -454,7 +454,7 @@ def _handler_engine(kind: HandlerEngine, unsafe: bool) -> Any:
 
 @app.command()
 def serve(
-    path: Annotated[Path, typer.Argument(help="Tool sources (a file or a folder) or a build folder.")],
+    path: Annotated[Path, typer.Argument(help="Tool sources and workflows (a file or a folder), or a build folder.")],
     http: Annotated[
         str | None, typer.Option("--http", metavar="HOST:PORT", help="Serve streamable HTTP at /mcp instead of stdio.")
     ] = None,
@@ -571,7 +571,7 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """Serve the tools in PATH to MCP clients, in both protocol eras."""
+    """Serve the tools in PATH to MCP clients, in both protocol eras; workflows (.yaml) also as guided tools."""
     from .bridge.durable import serving_store
     from .bridge.handlers.wrap import add_result_handlers
     from .bridge.loading import load_served_tools
