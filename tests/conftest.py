@@ -1,4 +1,5 @@
 import os
+import sys
 import tempfile
 
 import pytest
@@ -12,3 +13,15 @@ os.environ.setdefault("BRANCHC_STATE_DIR", tempfile.mkdtemp(prefix="branchc-stat
 def anyio_backend() -> str:
     """Async tests (`@pytest.mark.anyio`) run on asyncio."""
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _workflow_modules_of_this_test_only():
+    """A workflow's generated module is imported under `workflow_<path>`: a test that loads a copy of a
+    workflow from a folder of its own would leave its module in the way of the next test's copy. Each test
+    gets back the workflow modules it found."""
+    before = {name: module for name, module in sys.modules.items() if name.startswith("workflow_")}
+    yield
+    for name in [name for name in sys.modules if name.startswith("workflow_") and name not in before]:
+        del sys.modules[name]
+    sys.modules.update(before)

@@ -111,7 +111,9 @@ def import_build(out: Path, *, every: bool = False) -> LoadedBuild:
         ) from None
     loaded = LoadedBuild(out.resolve(), manifest=manifest)
     root = str(loaded.root)
-    if root not in sys.path:
+    if sys.path[:1] != [root]:  # first: its modules are imported from it, not from a build loaded earlier
+        if root in sys.path:
+            sys.path.remove(root)
         sys.path.insert(0, root)
     first_source: dict[str, str] = {}
     for name, entry in sorted(manifest.items()):

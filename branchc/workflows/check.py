@@ -7,7 +7,6 @@ whether every path to the step saved them first, steps no path reaches, and a wa
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,19 @@ class Source:
             where = where[:-1]
         return 1, 1
 
+    def raw(self, where: Path_) -> tuple[str, int] | None:
+        """The file's own text of the scalar at `where`, without its quotes or its block header, and the
+        offset where it starts in the file; None for anything but a scalar."""
+        node = self.nodes.get(tuple(where))
+        if not isinstance(node, ScalarNode):
+            return None
+        start, end = node.start_mark.index, node.end_mark.index
+        if node.style in ("'", '"'):
+            start, end = start + 1, end - 1
+        elif node.style in ("|", ">"):
+            start = self.text.find("\n", start, end) + 1 or end
+        return self.text[start:end], start
+
     def template_place(self, where: Path_, line: int, column: int = 0) -> tuple[int, int]:
         """The file's (line, column) of `line` (1-based) and 0-based `column` of the template at `where`."""
         node = self.nodes.get(tuple(where))
@@ -65,7 +77,11 @@ class Source:
         if node.style in ("|", ">"):  # a block scalar: its text starts on the next line, indented
             number = start.line + 1 + line
             text = self.text.splitlines()[number - 1] if number <= len(self.text.splitlines()) else ""
-            return number, len(text) - len(text.lstrip()) + 1 + column
+            indent = len(text) - len(text.lstrip())
+            own = node.value.split("\n")
+            if node.style == "|" and line <= len(own) and own[line - 1].strip():
+                indent = len(text) - len(own[line - 1])  # the block's indentation: the rest is the template's
+            return number, indent + 1 + column
         quote = 1 if node.style in ("'", '"') else 0
         if line == 1:
             return start.line + 1, start.column + 1 + quote + column
@@ -78,11 +94,31 @@ def _compose(path: str, text: str) -> Any:
         return loader, loader.get_single_node()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         problem = error.problem or error.context or "malformed"
-        raise WorkflowError([Diagnostic(path, line, column, "error", f"not valid YAML: {problem}")]) from None
-    except yaml.YAMLError as error:
-        raise WorkflowError([Diagnostic(path, 1, 1, "error", f"not valid YAML: {error}")]) from None
+        if error.problem_mark is not None and error.context_mark is not None and mark.index >= len(text.rstrip()):
+            mark, problem = error.context_mark, f"{error.context}, {problem}"  # ran off the end: where it began
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        raise WorkflowError(
+            [Diagnostic(path, line, column, "error", f"not valid YAML: {problem}", _yaml_hint(problem))]
+        ) from None
+    except yaml.YAMLError as error:  # the reader: a character YAML does not allow
+        offset = getattr(error, "position", None) or 0
+        line, column = text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
+        character = getattr(error, "character", None)
+        what = f"character #x{character:04x}: " if isinstance(character, int) else ""
+        problem = f"not valid YAML: {what}{getattr(error, 'reason', None) or error}"
+        raise WorkflowError(
+            [
+                Diagnostic(
+                    path,
+                    line,
+                    column,
+                    "error",
+                    problem,
+                    "remove it, or write it as an escape in a double-quoted string",
+                )
+            ]
+        ) from None
     finally:
         loader.dispose()
 
@@ -104,7 +140,8 @@ def _read(path: str) -> Source:
                 key = loader.construct_object(key_node) if isinstance(key_node, ScalarNode) else None
                 if not isinstance(key, str):
                     line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
-                    problems.append(Diagnostic(path, line, column, "error", "a key must be a plain string"))
+                    hint = 'quote it, as "1": or "true":'
+                    problems.append(Diagnostic(path, line, column, "error", "a key must be a plain string", hint))
                     continue
                 if key in out:
                     line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
@@ -121,7 +158,9 @@ def _read(path: str) -> Source:
             return loader.construct_object(node)
         except yaml.YAMLError as error:
             line, column = node.start_mark.line + 1, node.start_mark.column + 1
-            problems.append(Diagnostic(path, line, column, "error", f"not valid YAML: {error}"))
+            problem = getattr(error, "problem", None) or error  # its str repeats the place
+            hint = "quote it, to keep it as text"
+            problems.append(Diagnostic(path, line, column, "error", f"not valid YAML: {problem}", hint))
             return None
 
     source.data = None if root is None else build(root, ())
@@ -166,11 +205,61 @@ def _keys_of(model: type[BaseModel]) -> str:
     return ", ".join(info.alias or name for name, info in model.model_fields.items())
 
 
+def _yaml_hint(problem: str) -> str:
+    """What to do about a YAML syntax error, said as PyYAML words it."""
+    if "anchor" in problem or "alias" in problem or "tag" in problem:
+        return "write the value out in full: anchors, aliases and tags are not read"
+    if "second document" in problem:
+        return "remove the `---` and what follows it"
+    if "tab" in problem:
+        return "indent with spaces, not tabs"
+    if "end of stream" in problem or "did not find expected" in problem:
+        return "close the quote or bracket that opens here"
+    return "indent with spaces; quote a value that holds ': ' or ' #', or starts with {, [, *, &, !, % or @"
+
+
 _HINTS = {
     "string_pattern_mismatch": "use an identifier: letters, digits and _, not starting with a digit",
+    "string_too_long": "shorten it",
     "missing": "add it",
     "too_short": "give at least one",
+    "literal_error": "use one of the values it names",
+    "enum": "use one of the values it names",
+    "string_type": "give text (quote it when YAML would read it as a number, a boolean or null)",
+    "bool_type": "give true or false",
+    "bool_parsing": "give true or false",
+    "int_type": "give a whole number",
+    "int_parsing": "give a whole number",
+    "int_from_float": "give a whole number",
+    "greater_than_equal": "give a larger number",
+    "less_than_equal": "give a smaller number",
+    "list_type": "give a list: `- item` lines, or [a, b]",
+    "dict_type": "give a mapping: `key: value` lines, or {key: value}",
+    "model_type": "give a mapping: `key: value` lines, or {key: value}",
+    "model_attributes_type": "give a mapping: `key: value` lines, or {key: value}",
 }
+
+
+_NOUNS = {
+    "string_type": "text",
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+}
+
+
+def _hint(kinds: list[str]) -> str:
+    """The fix for a value's errors: one kind's hint, or for a value that fits none of several types (a
+    union), the types it may be."""
+    nouns = list(dict.fromkeys(_NOUNS[kind] for kind in kinds if kind in _NOUNS))
+    if len(nouns) > 1:
+        return "give " + ", or ".join(nouns)
+    return next((_HINTS[kind] for kind in kinds if kind in _HINTS), "")
 
 
 def _dotted(where: Path_) -> str:
@@ -182,6 +271,7 @@ def _dotted(where: Path_) -> str:
 
 def _model_problems(source: Source, error: ValidationError) -> list[Diagnostic]:
     grouped: dict[Path_, list[dict[str, Any]]] = {}
+    tagged: set[Path_] = set()  # where a union member's tag was passed over
     for item in error.errors(include_url=False):
         where: list[Any] = []
         node_data = source.data
@@ -194,7 +284,12 @@ def _model_problems(source: Source, error: ValidationError) -> list[Diagnostic]:
                 node_data = node_data[part]
             elif item["type"] in ("extra_forbidden", "missing") and part == item["loc"][-1]:
                 where.append(part)
+            elif part != "[key]":
+                tagged.add(tuple(where))
         grouped.setdefault(tuple(where), []).append(item)
+    for where in tagged & set(grouped):  # one member fits the kind (a list) and fails inside: drop the others
+        if any(len(other) > len(where) and other[: len(where)] == where for other in grouped):
+            del grouped[where]
     out = []
     for where, items in grouped.items():
         kinds = {item["type"] for item in items}
@@ -207,14 +302,14 @@ def _model_problems(source: Source, error: ValidationError) -> list[Diagnostic]:
             line, column = source.at(where[:-1])
             message, hint = f"{_dotted(where)}: missing", f"add {where[-1]!r}"
         else:
-            line, column = source.at(where)
+            line, column = source.at(where, key=any("[key]" in item["loc"] for item in items))  # a bad name: its key
             got = items[0].get("input")
             messages = list(dict.fromkeys(item["msg"] for item in items))
             message = f"{_dotted(where)}: {' or '.join(messages) if len(messages) < 4 else messages[0]} (got {got!r})"
-            if where and where[-1] == "next":
+            if where and (where[-1] == "next" or (where[-2:-1] == ("next",) and isinstance(where[-1], int))):
                 hint = "give a step id, or a list of {if: EXPRESSION, goto: STEP} with a last {goto: STEP}"
             else:
-                hint = next((_HINTS[kind] for kind in kinds if kind in _HINTS), "")
+                hint = _hint([item["type"] for item in items])
         out.append(Diagnostic(source.path, line, column, "error", message, hint))
     return sorted(out, key=lambda d: (d.line, d.column))
 
@@ -265,6 +360,14 @@ def _saved_before(workflow: Workflow, graph: dict[str, list[str | None]]) -> dic
     return into
 
 
+def _saved_type(step: Step) -> str:
+    """The JSON type of what `step` saves: a foreach's list, else its schema's type (a form's object or its
+    one value, a model's JSON answer), else text."""
+    if step.foreach is not None:
+        return "array"
+    return step.schema_.type if step.schema_ is not None else "string"
+
+
 def _reachable(workflow: Workflow, graph: dict[str, list[str | None]]) -> set[str]:
     seen, todo = set(), [workflow.steps[0].id]
     while todo:
@@ -298,7 +401,8 @@ class _Checker:
                 self.error(("steps", index, "id"), f"a second step {step.id!r}", "step ids are unique; rename one")
             ids.setdefault(step.id, index)
         if "ctx" in workflow.params:
-            self.error(("params", "ctx"), "a param named 'ctx': the tool's context takes that name", "rename it")
+            message, place = "a param named 'ctx': the tool's context takes that name", ("workflow", "params", "ctx")
+            self.error(("params", "ctx"), message, "rename it", place=self.source.at(place, key=True))
         known = ", ".join(ids)
         for index, step in enumerate(workflow.steps):
             self._check_step(index, step, ids, known)
@@ -367,9 +471,10 @@ class _Checker:
                     f"the form field {name!r} is {prop.type}: an MCP form holds flat fields",
                     "use string, integer, number, boolean, an enum, or an array of an enum",
                 )
-        for name in shape.required or ():
+        for number, name in enumerate(shape.required or ()):
             if name not in (shape.properties or {}):
-                self.error((*here, "schema", "required"), f"required names {name!r}, which is not a property", "")
+                message = f"step {self.workflow.steps[here[1]].id!r}: required names {name!r}, which is not a property"
+                self.error((*here, "schema", "required", number), message, f"add {name!r} to properties, or drop it")
 
     def _syntax(self, where: Path_, text: str, *, expression: bool = False) -> Any:
         full = ("workflow", *where)
@@ -402,6 +507,8 @@ class _Checker:
             if step.foreach is not None:
                 if step.foreach.in_ not in available:
                     self._unsaved((*here, "foreach", "in"), step.id, step.foreach.in_, savers, None)
+                else:
+                    self._check_list((*here, "foreach", "in"), step.id, step.foreach.in_)
                 available |= {step.foreach.as_, "loop"}
             templates: list[tuple[Path_, str, set[str], bool]] = [
                 ((*here, "instruction"), step.instruction, available, False)
@@ -423,12 +530,34 @@ class _Checker:
                     if test.name in ("defined", "undefined") and isinstance(test.node, nodes.Name)
                 }
                 for name in sorted(meta.find_undeclared_variables(tree) - _GLOBALS - names - tested):
-                    self._unsaved(where, step.id, name, savers, text)
+                    self._unsaved(where, step.id, name, savers, text, expression)
 
-    def _unsaved(self, where: Path_, step: str, name: str, savers: dict[str, list[str]], text: str | None) -> None:
+    def _check_list(self, where: Path_, step: str, name: str) -> None:
+        """A foreach runs over a list: every param or step that gives `name` must give a list."""
+        workflow = self.workflow
+        givers = []
+        if name in workflow.params:
+            givers.append((f"the param {name!r}", workflow.params[name].type, "`type: array`"))
+        for other in workflow.steps:
+            if other.save == name:
+                givers.append((f"step {other.id!r}", _saved_type(other), "schema: {type: array}"))
+        for who, kind, fix in givers:
+            if kind != "array":
+                message = f"step {step!r}: foreach runs over {name!r}, which {who} gives as {kind}, not a list"
+                self.error(where, message, f"give {who} {fix}")
+
+    def _unsaved(
+        self,
+        where: Path_,
+        step: str,
+        name: str,
+        savers: dict[str, list[str]],
+        text: str | None,
+        expression: bool = False,
+    ) -> None:
         place = None
         if text is not None:
-            place = self._name_place(("workflow", *where), text, name)
+            place = self._name_place(("workflow", *where), text, name, expression)
         if name in savers:
             by = ", ".join(repr(s) for s in savers[name])
             message = (
@@ -442,17 +571,39 @@ class _Checker:
             )
         self.error(where, message, hint, place=place)
 
-    def _name_place(self, where: Path_, text: str, name: str) -> tuple[int, int] | None:
-        try:
-            tokens = list(ENVIRONMENT.lex(text))
-        except TemplateSyntaxError:
+    def _name_place(self, where: Path_, text: str, name: str, expression: bool = False) -> tuple[int, int] | None:
+        """Where the template first reads `name`: found in the file's own text of the scalar (so folded lines,
+        quotes and escapes cannot shift it), else in the template's text, mapped to the file."""
+        raw = self.source.raw(where)
+        if raw is not None and (found := _first_read(raw[0], name, expression)) is not None:
+            offset = raw[1] + found
+            text_before = self.source.text[:offset]
+            return text_before.count("\n") + 1, offset - (text_before.rfind("\n") + 1) + 1
+        found = _first_read(text, name, expression)
+        if found is None:
             return None
-        lines = text.splitlines() or [""]
-        for lineno, kind, value in tokens:
-            if kind == "name" and value == name and lineno <= len(lines):
-                found = re.search(rf"(?<![\w.]){re.escape(name)}\b", lines[lineno - 1])
-                return self.source.template_place(where, lineno, found.start() if found else 0)
+        line, start = text.count("\n", 0, found) + 1, text.rfind("\n", 0, found) + 1
+        return self.source.template_place(where, line, found - start)
+
+
+def _first_read(text: str, name: str, expression: bool) -> int | None:
+    """The offset in `text` of the template's first read of the variable `name` (a name token that does
+    not follow a `.`), walking the lexer's tokens through the text; None when it does not lex."""
+    wrapped = "{{ " + text + " }}" if expression else text
+    try:
+        tokens = list(ENVIRONMENT.lex(wrapped))
+    except TemplateSyntaxError:
         return None
+    offset, previous = 0, ""
+    for _, kind, value in tokens:
+        offset = wrapped.find(value, offset)
+        if offset < 0:  # the lexer changed the text (its newlines): no place
+            return None
+        if kind == "name" and value == name and previous != ".":
+            return offset - 3 if expression else offset
+        previous = value if kind != "whitespace" else previous
+        offset += len(value)
+    return None
 
 
 def load_workflow(path: str | Path) -> tuple[Workflow, list[Diagnostic]]:
