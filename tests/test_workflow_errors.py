@@ -700,7 +700,7 @@ CASES = [
                   goto: a
               complete: true
         """,
-        [error(7, 15, *syntax("a", "if", "unexpected 'end of print statement'"))],
+        [error(7, 15, *syntax("a", "next[0].if", "unexpected 'end of print statement'"))],
         id="syntax-error-in-condition",
     ),
     pytest.param(
@@ -740,7 +740,7 @@ CASES = [
               save: things
               complete: true
         """,
-        [error(7, 13, *saved_later("a", "in", "things", by="b"))],
+        [error(7, 13, *saved_later("a", "foreach.in", "things", by="b"))],
         id="foreach-in-saved-only-later",
     ),
     pytest.param(
@@ -756,7 +756,7 @@ CASES = [
               foreach: {in: topics}
               complete: true
         """,
-        [error(8, 21, *nobody_saves("a", "in", "topics", saved="topic"))],
+        [error(8, 21, *nobody_saves("a", "foreach.in", "topics", saved="topic"))],
         id="foreach-in-saved-by-nobody",
     ),
     pytest.param(
@@ -891,7 +891,7 @@ CASES = [
         """,
         [
             error(8, 51, *nobody_saves("a", "system_prompt", "style", saved="draft, topic, verdict")),
-            error(11, 25, *saved_later("a", "if", "verdict", by="b")),
+            error(11, 25, *saved_later("a", "next[0].if", "verdict", by="b")),
             error(16, 47, *nobody_saves("b", "complete", "summary", saved="draft, topic, verdict")),
         ],
         id="names-in-system-prompt-condition-complete",

@@ -487,7 +487,7 @@ class _Checker:
             step = self.workflow.steps[where[1]].id
             self.error(
                 where,
-                f"step {step!r}: {where[-1]}: template syntax error: {error.message}",
+                f"step {step!r}: {_dotted(where[2:])}: template syntax error: {error.message}",
                 "templates are Jinja2: {{ name }}, {% for x in list %}…{% endfor %}, {% if … %}…{% endif %}",
                 place=(line, column),
             )
@@ -558,14 +558,13 @@ class _Checker:
         place = None
         if text is not None:
             place = self._name_place(("workflow", *where), text, name, expression)
+        field = _dotted(where[2:])  # where is ("steps", index, ...): the step's own field, as foreach.in, next[0].if
         if name in savers:
             by = ", ".join(repr(s) for s in savers[name])
-            message = (
-                f"step {step!r}: {where[-1]} reads {name!r}, which is not saved on every path to it (saved by {by})"
-            )
+            message = f"step {step!r}: {field} reads {name!r}, which is not saved on every path to it (saved by {by})"
             hint = f"save {name!r} in a step that always runs before {step!r}, or go to {step!r} only after it"
         else:
-            message = f"step {step!r}: {where[-1]} reads {name!r}, which no step saves and no param gives"
+            message = f"step {step!r}: {field} reads {name!r}, which no step saves and no param gives"
             hint = f"add `save: {name}` to an earlier step, or a param {name!r}; saved names: " + (
                 ", ".join(sorted({*savers, *self.workflow.params})) or "none"
             )
