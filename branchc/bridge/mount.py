@@ -110,27 +110,11 @@ def mount(
         executor=executor,
     )
     ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set()) | bridge.workflows.names
-    own_list = lowlevel.get_request_handler("tools/list")
-    own_call = lowlevel.get_request_handler("tools/call")
-
-    async def list_tools(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
-        listed = await bridge.list_tools(ctx, params)
-        if own_list is None:
-            return listed
-        theirs = await own_list.handler(ctx, params)
-        if params is not None and params.cursor is not None:
-            return theirs  # a later page of the server's own: branchc's are on the first
-        return theirs.model_copy(update={"tools": [*listed.tools, *theirs.tools]})
-
-    async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams):
-        if params.name in ours or own_call is None:
-            return await bridge.call_tool(ctx, params)
-        return await own_call.handler(ctx, params)
-
-    lowlevel.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
-    lowlevel.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    _beside(lowlevel, "tools", "tools/call", types.CallToolRequestParams, ours, bridge.list_tools, bridge.call_tool)
     if bridge.workflows:
-        _add_prompts(lowlevel, bridge)
+        names = {prompt.name for prompt in bridge.workflows.prompts()}
+        get = types.GetPromptRequestParams
+        _beside(lowlevel, "prompts", "prompts/get", get, names, bridge.list_prompts, bridge.get_prompt)
     own_schema = lowlevel.get_tool_input_schema
 
     def input_schema(name: str) -> Mapping[str, Any] | None:
@@ -154,28 +138,30 @@ def mount(
     return bridge
 
 
-def _add_prompts(lowlevel: Server, bridge: Bridge) -> None:
-    """The workflows' guidance prompts beside the server's own (before them, on the first page)."""
-    own_list = lowlevel.get_request_handler("prompts/list")
-    own_get = lowlevel.get_request_handler("prompts/get")
-    ours = {prompt.name for prompt in bridge.workflows.prompts()}
+def _beside(
+    lowlevel: Server, kind: str, use_method: str, params_type: type, ours: set[str], list_ours: Any, use_ours: Any
+) -> None:
+    """branchc's `kind` (tools or prompts) beside the server's own: `KIND/list` lists ours first, on the
+    first page, and `use_method` (tools/call, prompts/get) of a name in `ours` is ours, of any other theirs."""
+    own_list = lowlevel.get_request_handler(f"{kind}/list")
+    own_use = lowlevel.get_request_handler(use_method)
 
-    async def list_prompts(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
-        listed = await bridge.list_prompts(ctx, params)
+    async def listed(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
+        mine = await list_ours(ctx, params)
         if own_list is None:
-            return listed
+            return mine
         theirs = await own_list.handler(ctx, params)
         if params is not None and params.cursor is not None:
-            return theirs
-        return theirs.model_copy(update={"prompts": [*listed.prompts, *theirs.prompts]})
+            return theirs  # a later page of the server's own: branchc's are on the first
+        return theirs.model_copy(update={kind: [*getattr(mine, kind), *getattr(theirs, kind)]})
 
-    async def get_prompt(ctx: ServerRequestContext, params: types.GetPromptRequestParams):
-        if params.name in ours or own_get is None:
-            return await bridge.get_prompt(ctx, params)
-        return await own_get.handler(ctx, params)
+    async def used(ctx: ServerRequestContext, params: Any):
+        if params.name in ours or own_use is None:
+            return await use_ours(ctx, params)
+        return await own_use.handler(ctx, params)
 
-    lowlevel.add_request_handler("prompts/list", types.PaginatedRequestParams, list_prompts)
-    lowlevel.add_request_handler("prompts/get", types.GetPromptRequestParams, get_prompt)
+    lowlevel.add_request_handler(f"{kind}/list", types.PaginatedRequestParams, listed)
+    lowlevel.add_request_handler(use_method, params_type, used)
 
 
 def lowlevel_server(server: Any, what: str = "mount() adds branchc tools to") -> Server:
