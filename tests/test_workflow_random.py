@@ -22,8 +22,11 @@ from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from branchc import run_tool
+from branchc.runtime.machine import Machine
+from branchc.runtime.runstate import dump_run, load_run
 from branchc.runtime.testing import ScriptExhaustedError
 from branchc.workflows import check_workflow, load_workflow_tool
+from branchc.workflows.runtime import workflow_of
 
 JINJA = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
 ITEMS = [3, 1, 2]
@@ -70,11 +73,13 @@ def workflows(draw: Any) -> dict[str, Any]:
 
 
 def interpret(workflow: dict[str, Any], params: dict[str, Any], answers: list[int]) -> tuple[list, Any]:
-    """The language's rules, directly: (the questions asked, the end: the result, or "out of answers")."""
+    """The language's rules, directly: (the questions asked, the end: the result, or "out of answers").
+    `interpret.where` is left holding the step (and foreach item) each question was asked in."""
     steps = workflow["steps"]
     order = [step["id"] for step in steps]
     supply = iter(answers)
     asked: list[tuple[Any, ...]] = []
+    where: list[tuple[str, int | None]] = []  # the step (and foreach item) of each question
     history = 0  # messages a model step's sample carries before its prompt
     saved = dict(params)
     current = order[0]
@@ -88,7 +93,8 @@ def interpret(workflow: dict[str, Any], params: dict[str, Any], answers: list[in
                 for n, item in enumerate(items)
             ]
         values = []
-        for values_of, _ in rounds:
+        for values_of, item in rounds:
+            where.append((current, None if item is None else item + 1))
             prompt = JINJA.from_string(step["instruction"]).render(values_of)
             if "schema" in step and step["answer_by"] != "user":  # the model is told the answer's shape
                 prompt += "\n\nAnswer with JSON only, matching this JSON Schema:\n" + json.dumps(step["schema"])
@@ -101,8 +107,10 @@ def interpret(workflow: dict[str, Any], params: dict[str, Any], answers: list[in
                 history += 2
             answer = next(supply, None)
             if answer is None:
+                interpret.where = where
                 return asked, "out of answers"
             if step["answer_by"] == "user" and answer < 0:
+                interpret.where = where
                 return asked, {"status": "decline", "step": current, "result": None, "saved": saved}
             values.append(abs(answer) if "schema" in step else str(abs(answer)))
         value = values if "foreach" in step else values[0]
@@ -123,12 +131,20 @@ def interpret(workflow: dict[str, Any], params: dict[str, Any], answers: list[in
         if target == "complete":
             complete = step["complete"]
             result = value if complete is True else JINJA.from_string(complete).render(saved)
+            interpret.where = where
             return asked, {"status": "complete", "step": current, "result": result, "saved": saved}
         current = target
 
 
 def _holds(condition: str, saved: dict[str, Any]) -> bool:
     return bool(JINJA.compile_expression(condition)(**saved))
+
+
+def reply(kind: str, answer: int) -> Any:
+    """A drawn answer as a client gives it: a sample's text (JSON of the number), or a form's action."""
+    if kind == "sample":
+        return json.dumps(abs(answer))
+    return {"action": "decline"} if answer < 0 else {"action": "accept", "content": {"answer": abs(answer)}}
 
 
 class Transcript:
@@ -148,12 +164,11 @@ class Transcript:
 
     async def sample(self, request: Any) -> str:
         self.asked.append(("sample", len(request.messages), request.last_text))
-        return json.dumps(abs(self._next()))
+        return reply("sample", self._next())
 
     async def elicit(self, request: Any) -> dict[str, Any]:
         self.asked.append(("elicit", request.message))
-        answer = self._next()
-        return {"action": "decline"} if answer < 0 else {"action": "accept", "content": {"answer": abs(answer)}}
+        return reply("elicit", self._next())
 
     async def log(self, level: str, message: str) -> None:
         return None
@@ -171,6 +186,30 @@ def compiled_run(tool: Any, params: dict[str, Any], answers: list[int], portable
             raise
         result = "out of answers"
     return client.asked, result
+
+
+def positions(tool: Any, params: dict[str, Any], answers: list[int]) -> list[tuple[str, int | None]]:
+    """Where the run says it waits (what guided serving shows as current_step and item), at each question,
+    read from the run after it was saved and restored, as a guided run is between calls."""
+    workflow = workflow_of(tool)
+    machine = Machine(tool.name, "random", tool.limits)
+    handoff = tool.validate_params(params).model_dump(mode="json")
+    machine.start(tool.client_fn, handoff, tool.name)
+    machine.advance()
+    supply, out = list(answers), []
+    while not machine.done:
+        text = dump_run(handoff, machine)
+        machine.release()
+        handoff, machine = load_run(text)
+        (request,) = machine.pending
+        at = workflow.position(machine)
+        out.append((at.step, at.item))
+        if not supply:
+            machine.halt()
+            break
+        machine.answer(request.key, reply(request.kind, supply.pop(0)))
+        machine.advance()
+    return out
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -191,5 +230,6 @@ def test_random_workflows_run_as_the_language_says(tmp_path_factory, workflow, p
     try:
         for portable in (False, True):
             assert compiled_run(tool, params, answers, portable) == expected, (portable, path.read_text())
+        assert positions(tool, params, answers) == interpret.where
     finally:
         sys.modules.pop(f"workflow_{workflow['workflow']['name']}", None)
