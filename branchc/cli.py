@@ -377,12 +377,12 @@ def graph(
     try:
         if tool_name is not None and function is not None:
             raise CliError("give --tool NAME or --function QUALNAME, not both")
-        if path.suffix in (".yaml", ".yml") and function is None and trace is None:  # a workflow: its steps
+        if path.suffix in (".yaml", ".yml") and function is None and trace is None and tool_name is None:
             from .viz.workflow import workflow_graph
 
             drawn = workflow_graph(path)
         else:
-            if path.suffix in (".yaml", ".yml"):  # a workflow's generated tool: its split graph (or a trace on it)
+            if path.suffix in (".yaml", ".yml"):  # its generated tool's split graph (and a trace on it)
                 from .workflows import workflow_build
 
                 path = workflow_build(path)

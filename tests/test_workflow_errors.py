@@ -519,6 +519,33 @@ CASES = [
         id="param-named-ctx",
     ),
     pytest.param(
+        # each key: `step` and `saved` are the generated tool's own variables, `class` a Python keyword, and
+        # `AskForm` the name of step `ask`'s form; `items` and `answer` are free (the tool's own are prefixed)
+        """
+        workflow:
+          name: flow
+          params:
+            step: {type: string}
+            class: {type: string}
+            saved: {type: integer}
+            AskForm: {type: string}
+            items: {type: array}
+            answer: {type: string}
+          steps:
+            - id: ask
+              answer_by: user
+              instruction: "{{ items }} {{ answer }}"
+              complete: true
+        """,
+        [
+            error(4, 5, "a param named 'step': the workflow's tool keeps it for itself", "rename it"),
+            error(5, 5, "a param named 'class': the workflow's tool keeps it for itself", "rename it"),
+            error(6, 5, "a param named 'saved': the workflow's tool keeps it for itself", "rename it"),
+            error(7, 5, "a param named 'AskForm': the workflow's tool keeps it for itself", "rename it"),
+        ],
+        id="params-named-as-the-tool-keeps-for-itself",
+    ),
+    pytest.param(
         # `finsh`, after "          goto: " in the last entry
         """
         workflow:

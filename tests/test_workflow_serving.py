@@ -21,10 +21,13 @@ import yaml
 from _bridge_support import KEY, Scripted, free_port, listening, stdio, within
 from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from branchc import run_tool
-from branchc.bridge.loading import served_tools
+from branchc.bridge import mount
+from branchc.bridge.loading import ServeLoadError, load_served_tools, served_tools
+from branchc.bridge.server import create_server
 from branchc.testing import MockClient
 from branchc.workflows import load_workflow_tool
 
@@ -240,12 +243,16 @@ async def test_continue_sampling_and_user_steps_are_told_apart(era, flows):
     assert done.structured_content == expected
 
 
+NOT_AN_ARRAY = "the answer does not read as the array its schema asks for"
+
+
 async def test_a_bad_answer_is_refused_before_it_is_fed_and_the_state_id_stays_good(flows):
     folder, env = flows
     async with Client(stdio(folder, env), mode="legacy") as session:
         first = waiting(await session.call_tool("start_chain_of_thought", PARAMS))
         for answer, why in (
-            ("three sub-tasks", "the answer is not JSON, and the step's schema asks for array"),
+            ("three sub-tasks", f"{NOT_AN_ARRAY}: not valid JSON"),
+            ("[" * 5000 + "]" * 5000, f"{NOT_AN_ARRAY}: nested more than 200 deep"),  # bounded, as all input
             (["a", 2], "the answer does not fit the step's schema at $[1]: 2 is not of type 'string'"),
         ):
             text = refused(await submit(session, first, answer))
@@ -409,3 +416,107 @@ def test_a_tool_named_like_a_workflows_guided_tool_is_a_load_error(tmp_path, mon
     _, problems = served_tools(folder)
     (problem,) = [problem for problem in problems if "workflow_submit" in problem.message]
     assert problem.severity == "error" and problem.line == 5 and problem.path.endswith("clash.py")
+
+
+# -- edges (in process: the real client on the SDK's in-memory transport) -------------------------------------
+
+EDGES = """\
+workflow:
+  name: edges
+  params:
+    xs: {type: array, items: {type: integer}, default: []}
+    n: {type: integer, default: 2}
+  steps:
+    - id: plain
+      instruction: Note something
+    - id: checked
+      instruction: "A number, please ({{ n }})"
+      schema: {type: integer}
+    - id: text
+      instruction: Say a word
+      schema: {type: string}
+      save: word
+    - id: last
+      instruction: The end
+      complete: true
+"""
+
+SPIN = """\
+workflow:
+  name: spin
+  params:
+    xs: {type: array, items: {type: integer}}
+  steps:
+    - id: each
+      foreach: {in: xs}
+      instruction: "{{ item }}"
+      save: outs
+      next:
+        - if: outs | length < 100
+          goto: each
+      complete: true
+"""
+
+
+@pytest.fixture
+def edges(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "edges"
+    folder.mkdir()
+    (folder / "edges.yaml").write_text(EDGES)
+    (folder / "spin.yaml").write_text(SPIN)
+    return create_server(load_served_tools(folder))
+
+
+async def test_a_step_whose_answer_is_used_is_submitted_and_any_other_continued(edges):
+    async with Client(edges, mode="legacy") as session:
+        plain = waiting(await session.call_tool("start_edges", {}))
+        assert plain["next_action"]["tool"] == "workflow_continue"
+        checked = waiting(await session.call_tool("workflow_continue", {"state_id": plain["state_id"]}))
+        assert checked["next_action"]["tool"] == "workflow_submit"  # not saved, but its schema checks it
+        assert "needs an answer" in refused(await session.call_tool("workflow_continue", checked))
+        text = waiting(await submit(session, checked, 7))
+        word = waiting(await submit(session, text, "42"))  # text that reads as JSON is still the text asked for
+        assert word["current_step"] == "last" and word["next_action"]["tool"] == "workflow_submit"  # the result
+        done = (await submit(session, word, "bye")).structured_content
+        assert done["result"] == "bye" and done["saved"]["word"] == "42"
+
+
+async def test_steps_that_go_round_asking_nothing_fail_the_run_and_the_server_goes_on(edges):
+    async with Client(edges, mode="legacy") as session:
+        text = refused(await within(10, session.call_tool("start_spin", {"xs": []})))
+        assert "the steps go round without asking anything" in text and "spin.yaml:6: step 'each'" in text
+        assert text.startswith("spin: ") and "workflow_spin.py" not in text  # the YAML's place, not generated code
+        first = waiting(await session.call_tool("start_spin", {"xs": [1]}))  # a list with items asks
+        assert first["current_step"] == "each" and first["item"] == {"number": 1, "of": 1}
+
+
+async def test_a_prompt_argument_that_reads_as_json_is_passed_as_json(edges):
+    async with Client(edges, mode="legacy") as session:
+        got = await session.get_prompt("edges", {"n": "5", "xs": "[1, 2]"})
+        assert got.messages[0].content.text.rstrip().endswith('call start_edges with {"n": 5, "xs": [1, 2]}.')
+
+
+ONE_STEP = "workflow:\n  name: {name}\n  steps:\n    - {{id: a, instruction: x, complete: true}}\n"
+
+
+def test_mount_refuses_a_workflow_named_like_a_prompt_of_the_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "review.yaml").write_text(ONE_STEP.format(name="review"))
+    server = MCPServer("own")
+
+    @server.prompt()
+    def review(code: str) -> str:
+        return code
+
+    with pytest.raises(ValueError, match="review: the server has a prompt of that name already"):
+        mount(server, tmp_path)
+
+
+def test_two_workflow_files_that_would_share_a_module_name_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    for name, tool in (("x.yaml", "one"), ("x.yml", "two")):
+        (tmp_path / name).write_text(ONE_STEP.format(name=tool))
+    clash = r"x\.yml:1:1: error: its tool module would be named workflow_x, as .*x\.yaml"
+    with pytest.raises(ServeLoadError, match=clash):
+        load_served_tools(tmp_path)

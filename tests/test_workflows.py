@@ -319,7 +319,8 @@ def test_the_workflow_graph_draws_each_step_with_the_machine_state_it_waits_in()
     waits = {step: next(line for line in graph.nodes[step]["text"] if line.startswith("waits in state")) for step in
              ("decompose", "reason", "synthesize", "review")}  # fmt: skip
     assert len({line.split(",")[0] for line in waits.values()}) == 4  # four suspensions of one machine
-    assert waits["reason"].endswith("carrying answers, index, items, saved, step")  # a foreach keeps its place
+    # a foreach keeps its place in the loop
+    assert waits["reason"].endswith("carrying loop_answers, loop_index, loop_items, saved, step")
     assert waits["review"].endswith("carrying saved, step")
     assert graph.nodes["review"]["text"][0] == "review  ·  answered by the user, in a form"
 

@@ -383,7 +383,13 @@ class GuidedRuns:
         under (its place is taken over). Past a cap the store raises: guarded() halts the run (its
         cleanup runs once) and the call is a tool error that says why."""
         state_id = await self.keep(machine.tool, handoff, machine, new=new, taken=taken)
-        shown = guide.waiting(machine, state_id)
+        try:
+            shown = guide.waiting(machine, state_id)
+        except BaseException:  # the run is halted (guarded): the copy just kept must not wait on, given to nobody
+            with anyio.CancelScope(shield=True):
+                if await self.io(self.store.take, state_id) is not None:
+                    await self.io(self.store.release, state_id)
+            raise
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(shown, ensure_ascii=False, indent=1))],
             structured_content=shown,

@@ -94,6 +94,9 @@ def mount(
         names = [*found, *([RESUME_TOOL] if guided else []), *workflows.names]
         if taken := sorted(name for name in names if own.get_tool(name) is not None):
             raise ValueError(f"{', '.join(taken)}: the server has a tool of that name already; rename one")
+    if (own_prompts := getattr(server, "_prompt_manager", None)) is not None:
+        if taken := sorted(name for name in workflows.workflows if own_prompts.get_prompt(name) is not None):
+            raise ValueError(f"{', '.join(taken)}: the server has a prompt of that name already; rename one")
     runs = None
     if (guided or workflows) and store is not None:
         runs = store_guided_runs(GuidedRuns(store=StoreWaitingRuns(store)), found)

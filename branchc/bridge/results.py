@@ -62,6 +62,8 @@ def where_it_failed(error: BaseException) -> str | None:
 def describe_failure(error: BaseException) -> str:
     if isinstance(error, ToolPhaseError):
         cause = error.error
+        if getattr(cause, "names_its_place", False):  # a workflow's error: its YAML file, line and step
+            return f"{error.tool}: {cause}"
         place = where_it_failed(cause)
         at = f" at {place}" if place else ""
         return f"{error.tool}: {error.phase}() failed{at}: {type(cause).__name__}: {cause}"

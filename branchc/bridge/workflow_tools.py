@@ -24,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 
 from ..runtime.errors import ParamsError
+from ..runtime.inputs import InputError, parse_json
 from ..runtime.machine import Machine
 from ..runtime.tool import Tool
 from ..workflows.runtime import Templates, workflow_of
@@ -155,16 +156,26 @@ class WorkflowTools:
             f"4. A step marked ask_user is a question for your user: ask it, and submit what they answer.\n"
             f"5. Give each step your full attention; the workflow saves what you answer and brings it back "
             f"when a later step needs it.\n"
-            f"Go on until a result has status complete: its result is the workflow's answer."
+            f"Go on until a result has status complete: its result is the workflow's answer. A result with "
+            f"status decline or cancel (your user said no), or a tool error, ends the run: call {start} to begin again."
         )
         if workflow.guidance:
             text += "\n\n" + workflow.guidance.strip()
-        if given := {key: value for key, value in (arguments or {}).items() if value}:
+        if given := {key: _argument(value) for key, value in (arguments or {}).items() if value}:
             text += f"\n\nStart it now: call {start} with {json.dumps(given, ensure_ascii=False)}."
         return types.GetPromptResult(
             description=f"Guidance for the {name} workflow",
             messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],
         )
+
+
+def _argument(text: str) -> Any:
+    """A prompt argument (MCP gives them as text) as the start call takes it: JSON when it reads as JSON
+    (a number, a list), else the text."""
+    try:
+        return parse_json(text, "a prompt argument")
+    except InputError:
+        return text
 
 
 class _StepGuide:
@@ -216,10 +227,10 @@ class _StepGuide:
             if step["schema"] is not None:
                 out["answer_schema"] = step["schema"]
                 out["how_to_answer"] += " Submit JSON that fits answer_schema."
-            if step["save"] is None:
-                tool, field, placeholder = CONTINUE_TOOL, "acknowledgment", "<what you did, briefly>"
-            else:
+            if step["uses_answer"]:
                 tool, field, placeholder = SUBMIT_TOOL, "answer", "<your answer>"
+            else:
+                tool, field, placeholder = CONTINUE_TOOL, "acknowledgment", "<what you did, briefly>"
         if step["save"] is not None:
             out["saves_as"] = step["save"]
         out["next_action"] = {"tool": tool, "with": field, "arguments": {"state_id": state_id, field: placeholder}}
@@ -232,7 +243,7 @@ class _StepGuide:
         where = workflow.position(machine).step
         step = workflow.steps[where]
         if self.via == CONTINUE_TOOL:
-            if request.kind == "elicit" or step["save"] is not None:
+            if request.kind == "elicit" or step["uses_answer"]:
                 raise AnswerError(
                     f"step {where!r} needs an answer: call {SUBMIT_TOOL} with this state_id and the answer"
                 )

@@ -19,7 +19,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from ..runtime.errors import BranchcError
 from ..runtime.inputs import InputError, read_text, yaml_loader
 from ..splitter.diagnostics import Diagnostic
-from .model import Branch, Foreach, Param, Shape, Step, Workflow, WorkflowFile
+from .model import RESERVED_PARAMS, Branch, Foreach, Param, Shape, Step, Workflow, WorkflowFile, form_class
 from .runtime import ENVIRONMENT
 
 __all__ = ["Source", "WorkflowError", "check_workflow", "load_workflow"]
@@ -400,9 +400,11 @@ class _Checker:
             if step.id in ids:
                 self.error(("steps", index, "id"), f"a second step {step.id!r}", "step ids are unique; rename one")
             ids.setdefault(step.id, index)
-        if "ctx" in workflow.params:
-            message, place = "a param named 'ctx': the tool's context takes that name", ("workflow", "params", "ctx")
-            self.error(("params", "ctx"), message, "rename it", place=self.source.at(place, key=True))
+        taken = RESERVED_PARAMS | {form_class(step.id) for step in workflow.steps if step.answer_by == "user"}
+        for name in sorted(taken & workflow.params.keys(), key=list(workflow.params).index):
+            why = "the tool's context takes that name" if name == "ctx" else "the workflow's tool keeps it for itself"
+            place = self.source.at(("workflow", "params", name), key=True)
+            self.error(("params", name), f"a param named {name!r}: {why}", "rename it", place=place)
         known = ", ".join(ids)
         for index, step in enumerate(workflow.steps):
             self._check_step(index, step, ids, known)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..splitter.build import MANIFEST, build_folder, cache_root
-from .check import load_workflow
-from .model import Shape, Step, Workflow
+from ..splitter.diagnostics import Diagnostic
+from .check import WorkflowError, load_workflow
+from .model import Shape, Step, Workflow, form_class
 
 __all__ = ["find_workflows", "generate_module", "is_workflow_file", "module_name", "workflow_build"]
 
@@ -61,7 +62,11 @@ def module_name(path: Path, root: Path | None = None) -> str:
     """The generated module's name: `workflow_` and the file's path under `root` (its folder when
     None) without the suffix, as an identifier, so `a/flow.yaml` and `b/flow.yaml` do not clash."""
     relative = path.relative_to(root) if root is not None and root != path else Path(path.name)
-    return "workflow_" + re.sub(r"\W", "_", "__".join(relative.with_suffix("").parts))
+    name = "workflow_" + re.sub(r"\W", "_", "__".join(relative.with_suffix("").parts))
+    if len(name) > 100:  # a file name's limit is 255 bytes: a deep path keeps its stem and a digest
+        digest = hashlib.sha256(str(relative).encode()).hexdigest()[:12]
+        name = f"workflow_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)[:60]}_{digest}"
+    return name
 
 
 def _type(shape: Shape | Any, enum: list[Any] | None = None) -> str:
@@ -97,7 +102,7 @@ def _schema(shape: Shape) -> dict[str, Any]:
 
 def _form_class(step: Step) -> tuple[str, bool]:
     """The pydantic model of a user step's form, and whether it wraps one value in an `answer` field."""
-    name = "".join(part.capitalize() for part in step.id.split("_")) + "Form"
+    name = form_class(step.id)
     shape = step.schema_
     lines = [f"class {name}(BaseModel):", f'    """The form of step {step.id!r}."""', ""]
     if shape is None or shape.type != "object":
@@ -145,36 +150,43 @@ def generate_module(workflow: Workflow, source: str, lines: dict[str, int]) -> s
             "schema": None if step.schema_ is None else _schema(step.schema_),
             "wrapped": wrapped,
             "foreach": step.foreach is not None,
+            # whether the answer is used (kept, checked, or the result): guided serving then asks for it
+            "uses_answer": step.save is not None or step.schema_ is not None or step.complete is True,
         }
         indent = "            "
         values = "saved"
         if step.foreach is not None:
             body += [
-                f"{indent}items = W.items({step.id!r}, {step.foreach.in_!r}, saved)",
-                f"{indent}answers = []",
-                f"{indent}index = 0",
-                f"{indent}while index < len(items):",
+                f"{indent}loop_items = W.items({step.id!r}, {step.foreach.in_!r}, saved)",
+                f"{indent}idle = W.idle(step, idle, loop_items)",
+                f"{indent}loop_answers = []",
+                f"{indent}loop_index = 0",
+                f"{indent}while loop_index < len(loop_items):",
             ]
             indent += "    "
-            values = f"{{**saved, {step.foreach.as_!r}: items[index], 'loop': W.loop(index, len(items))}}"
-        body.append(f"{indent}prompt = W.render({step.id!r}, 'instruction', {values})")
+            values = (
+                f"{{**saved, {step.foreach.as_!r}: loop_items[loop_index], "
+                f"'loop': W.loop(loop_index, len(loop_items))}}"
+            )
+        body.append(f"{indent}question = W.render({step.id!r}, 'instruction', {values})")
         body += [indent + line for line in ask(values)]
         # after each yield the code reads `step`, so the step id is live at every suspension: it is in each
         # snapshot, and guided serving reads it there (runtime.position) to say which step waits
         if step.answer_by == "user":
             body += [
-                f"{indent}if not answer.accepted:",
-                f"{indent}    return {{'status': answer.action, 'step': step, 'result': None, 'saved': saved}}",
-                f"{indent}value = W.form(step, answer.content)",
+                f"{indent}if not reply.accepted:",
+                f"{indent}    return {{'status': reply.action, 'step': step, 'result': None, 'saved': saved}}",
+                f"{indent}kept = W.form(step, reply.content)",
             ]
         else:
-            body.append(f"{indent}value = W.answer(step, answer.text)")
+            body.append(f"{indent}kept = W.answer(step, reply.text)")
+        body.append(f"{indent}idle = 0")  # a question was asked: the steps are not going round idle
         if step.foreach is not None:
-            body += [f"{indent}answers.append(value)", f"{indent}index += 1"]
+            body += [f"{indent}loop_answers.append(kept)", f"{indent}loop_index += 1"]
             indent = indent[:-4]
-            body.append(f"{indent}value = answers")
+            body.append(f"{indent}kept = loop_answers")
         if step.save:
-            body.append(f"{indent}saved[{step.save!r}] = value")
+            body.append(f"{indent}saved[{step.save!r}] = kept")
         body += _goto(step, following, indent)
     form_text = "\n\n\n".join(forms)
     params = []
@@ -211,6 +223,7 @@ def {workflow.name}(
 ):
     saved = {saved_init}
     step = {order[0]!r}
+    idle = 0
     while True:
 {chr(10).join(body)}
 '''
@@ -226,25 +239,25 @@ def _ask(step: Step) -> tuple[Any, bool, str]:
         form, wrapped = _form_class(step)
         name = form.split("(", 1)[0].removeprefix("class ")
         return (
-            lambda values: [f"answer = yield ctx.elicit({step.id!r}, message=prompt, schema={name})"],
+            lambda values: [f"reply = yield ctx.elicit({step.id!r}, message=question, schema={name})"],
             wrapped,
             form,
         )
     if step.answer_by == "sampling":  # an isolated request: this prompt alone, the history untouched
         return (
             lambda values: [
-                f"answer = yield ctx.sample(messages=[{{'role': 'user', 'content': prompt{schema}}}]{system}{tokens})"
+                f"reply = yield ctx.sample(messages=[{{'role': 'user', 'content': question{schema}}}]{system}{tokens})"
             ],
             False,
             "",
         )
-    return (lambda values: [f"answer = yield ctx.sample(prompt=prompt{schema}{system}{tokens})"], False, "")
+    return (lambda values: [f"reply = yield ctx.sample(prompt=question{schema}{system}{tokens})"], False, "")
 
 
 def _goto(step: Step, following: str | None, indent: str) -> list[str]:
     """The lines that pick the next step (or return the result)."""
     if step.complete is not False:
-        result = f"W.render({step.id!r}, 'complete', saved)" if isinstance(step.complete, str) else "value"
+        result = f"W.render({step.id!r}, 'complete', saved)" if isinstance(step.complete, str) else "kept"
         done = [f"return {{'status': 'complete', 'step': {step.id!r}, 'result': {result}, 'saved': saved}}"]
     else:
         done = [f"step = {following!r}"]
@@ -282,12 +295,15 @@ def generated_folder(path: str | Path) -> Path:
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     folder = cache_root() / "workflows" / f"{path.stem or 'root'}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)
-    wanted: set[str] = set()
+    wanted: dict[str, Path] = {}
     for file in find_workflows(path):
         workflow, _ = load_workflow(file)
         text = generate_module(workflow, str(file.resolve()), _step_lines(file, workflow))
         target = folder / f"{module_name(file, path if path.is_dir() else None)}.py"
-        wanted.add(target.name)
+        if (other := wanted.get(target.name)) is not None:
+            message = f"its tool module would be named {target.stem}, as {other}'s is"
+            raise WorkflowError([Diagnostic(str(file), 1, 1, "error", message, "rename one of the two files")])
+        wanted[target.name] = file
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
     for stale in folder.glob("*.py"):

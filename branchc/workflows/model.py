@@ -3,11 +3,25 @@
 
 from __future__ import annotations
 
+import keyword
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["Branch", "Foreach", "Param", "Shape", "Step", "Workflow", "WorkflowFile"]
+__all__ = ["RESERVED_PARAMS", "Branch", "Foreach", "Param", "Shape", "Step", "Workflow", "WorkflowFile", "form_class"]
+
+#: the names the generated tool function keeps for itself (compile.py): a param of one of these names would
+#: hide it, as would a Python keyword (a param is a parameter of that function)
+RESERVED_PARAMS = frozenset(
+    {"ctx", "W", "saved", "step", "idle", "loop_items", "loop_answers", "loop_index", "question", "reply", "kept"}
+    | set(keyword.kwlist)
+)
+
+
+def form_class(step_id: str) -> str:
+    """The name of the generated form model of a user step."""
+    return "".join(part.capitalize() for part in step_id.split("_")) + "Form"
+
 
 Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
 JsonType = Literal["string", "integer", "number", "boolean", "array", "object"]

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from ..continuation.generator import state
 from ..runtime.errors import BranchcError
+from ..runtime.inputs import InputError, parse_json
 from ..runtime.machine import Machine
 from ..runtime.tool import Tool
 
@@ -30,6 +31,8 @@ ENVIRONMENT.filters["tojson"] = lambda value, indent=None: json.dumps(value, ind
 
 class WorkflowRunError(BranchcError, RuntimeError):
     """A step failed at run time: the message names the YAML file, the step's line and the step."""
+
+    names_its_place = True  # so a tool error shows it as it is, not at a line of the generated module
 
 
 @lru_cache(maxsize=1024)
@@ -104,6 +107,19 @@ class Templates:
             )
         return value
 
+    def idle(self, step: str, idle: int, items: list[Any]) -> int:
+        """How many steps in a row have asked nothing, `step` included: only a foreach over an empty list
+        asks nothing. Past twice the number of steps the run has come round to where it was, with nothing
+        changed, and would loop for ever: it fails instead."""
+        if items:
+            return 0
+        if idle + 1 > 2 * len(self.steps):
+            raise WorkflowRunError(
+                f"{self.where(step)}: the steps go round without asking anything (each foreach here runs over "
+                f"an empty list), so the workflow would never end; let a `next` condition test the list first"
+            )
+        return idle + 1
+
     def answer(self, step: str, text: str) -> Any:
         """A model's answer as saved: its text, or with a schema the JSON value it holds, checked."""
         try:
@@ -119,13 +135,15 @@ class Templates:
         fenced = _FENCE.match(text)
         raw = fenced.group(1) if fenced else text.strip()
         try:
-            value = json.loads(raw)
-        except ValueError:
+            value = parse_json(raw, "the answer")  # bounded: depth and size, as every input
+        except InputError as error:
             if schema.get("type") != "string":
-                raise ValueError(
-                    f"the answer is not JSON, and the step's schema asks for {schema.get('type')}: {text[:200]!r}"
-                ) from None
+                detail = str(error).removeprefix("the answer: ")
+                wanted = schema.get("type")
+                raise ValueError(f"the answer does not read as the {wanted} its schema asks for: {detail}") from None
             value = text
+        if schema.get("type") == "string" and not isinstance(value, str):
+            value = text  # text that reads as JSON (42, true) is still the text asked for
         try:
             jsonschema.validate(value, schema)
         except jsonschema.ValidationError as error:
@@ -151,13 +169,13 @@ class Templates:
 
     def position(self, machine: Machine) -> Position:
         """The step a suspended run of this workflow waits in, read from its live variables: the generated
-        code keeps `step` live across every yield (and `index` and `items` in a foreach), so this holds in
+        code keeps `step` live across every yield (and `loop_index` and `loop_items` in a foreach), so this holds in
         any process the run moved to."""
         _, _, live = state(machine.branches["0"].generator)
         if live.get("step") not in self.steps:
             raise RuntimeError(f"{machine.tool}: not a run of the workflow {self.name!r} waiting in a step")
-        if self.steps[live["step"]]["foreach"] and "index" in live and "items" in live:
-            return Position(live["step"], live["index"] + 1, len(live["items"]))
+        if self.steps[live["step"]]["foreach"] and "loop_index" in live and "loop_items" in live:
+            return Position(live["step"], live["loop_index"] + 1, len(live["loop_items"]))
         return Position(live["step"])
 
     def schema_prompt(self, step: str) -> str:
