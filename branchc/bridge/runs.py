@@ -143,14 +143,7 @@ def cancel_run(store: RunStore, ident: str, *, force: bool = False) -> Cancelled
         store.delete(error.run_id)
         return Cancelled(None, [], damaged=str(error))
     run = record.run_id
-    if record.status in ENDED:
-        raise RunsError(f"run {run!r} has ended ({record.status}): there is nothing to cancel")
-    _check_not_answered(record, force, "cancel")
-    if not record.saved:
-        raise RunsError(f"run {run!r} holds no saved run to cancel")
-    _check_not_held(record, force, "cancel")
-    tool = _tool(record)
-    check_code(run, record.meta, tool)
+    _taken(record, force, "cancel", "there is nothing to cancel")
     try:
         _, machine = load_run(record.saved)
     except RunStateError as error:
@@ -171,6 +164,21 @@ def cancel_run(store: RunStore, ident: str, *, force: bool = False) -> Cancelled
     except Exception as error:
         failure = error
     return Cancelled(ended, machine.take_outbox(), failure)
+
+
+def _taken(record: RunRecord, force: bool, verb: str, ended: str) -> Any:
+    """The tool of the waiting run `record`, checked fit to `verb` (cancel, resume) here: not ended (`ended`
+    says why that refuses it), not being answered or held elsewhere (unless `force`), saved by this code."""
+    run = record.run_id
+    if record.status in ENDED:
+        raise RunsError(f"run {run!r} has ended ({record.status}): {ended}")
+    _check_not_answered(record, force, verb)
+    if not record.saved:
+        raise RunsError(f"run {run!r} holds no saved run to {verb}")
+    _check_not_held(record, force, verb)
+    tool = _tool(record)
+    check_code(run, record.meta, tool)
+    return tool
 
 
 def _check_not_answered(record: RunRecord, force: bool, what: str) -> None:
@@ -230,14 +238,7 @@ async def resume_run(
     waits for (see the module's doc). RunsError when it cannot be taken; what the run ends with otherwise."""
     record = find_run(store, ident)
     run = record.run_id
-    if record.status in ENDED:
-        raise RunsError(f"run {run!r} has ended ({record.status}): only a waiting run can be resumed")
-    _check_not_answered(record, force, "resume")
-    if not record.saved:
-        raise RunsError(f"run {run!r} holds no saved run to resume")
-    _check_not_held(record, force, "resume")
-    tool = _tool(record)
-    check_code(run, record.meta, tool)
+    tool = _taken(record, force, "resume", "only a waiting run can be resumed")
     held = HeldRun(store, tool, record.meta.era, record=record)
     try:
         await held.take()
