@@ -32,9 +32,13 @@ import ast
 import builtins
 import itertools
 import json
+import os
 import re
+import subprocess
 import sys
+import textwrap
 import types
+from pathlib import Path
 from typing import Any
 
 from branchc.splitter import compile_module
@@ -256,3 +260,111 @@ def check(source: str, script: list[tuple], args: tuple = (), modes: tuple[str, 
                 if mode in ("raw", "json") and index < len(untravelable) and untravelable[index]:
                     lines.append(f"   (a snapshot here must be refused: inside the with at {untravelable[index]})")
             raise AssertionError("\n".join(lines))
+
+
+# -- resumed in a fresh process -----------------------------------------------------------------
+
+_RUNNER = textwrap.dedent(
+    """
+    import builtins, json, sys
+    import program
+    from branchc import resume
+    from differential import _exc
+    log = []
+    program.emit = log.append
+    jobs = json.loads(sys.stdin.read())
+    out = []
+    for data, ops in jobs:
+        del log[:]
+        generator = resume(data, allowed_modules={"program"})
+        steps = []
+        for op in ops:
+            before = len(log)
+            try:
+                if op[0] == "next":
+                    result = ["yield", repr(next(generator))]
+                elif op[0] == "send":
+                    result = ["yield", repr(generator.send(op[1]))]
+                elif op[0] == "throw":
+                    result = ["yield", repr(generator.throw(getattr(builtins, op[1])(*op[2:])))]
+                else:
+                    result = ["closed", repr(generator.close())]
+            except StopIteration as stop:
+                result = ["return", repr(stop.value)]
+            except BaseException as error:
+                result = ["raise", repr(_exc(error))]
+            steps.append([result, [repr(item) for item in log[before:]]])
+        out.append(steps)
+    print(json.dumps(out))
+    """
+)
+
+
+def _step(generator: Any, op: tuple) -> list:
+    try:
+        if op[0] == "next":
+            return ["yield", repr(next(generator))]
+        if op[0] == "send":
+            return ["yield", repr(generator.send(op[1]))]
+        if op[0] == "throw":
+            return ["yield", repr(generator.throw(getattr(builtins, op[1])(*op[2:])))]
+        return ["closed", repr(generator.close())]
+    except StopIteration as stop:
+        return ["return", repr(stop.value)]
+    except BaseException as error:
+        return ["raise", repr(_exc(error))]
+
+
+def check_in_fresh_processes(
+    source: str, script: list[tuple], folder: Path, args: tuple = (), python: str = sys.executable
+) -> int:
+    """Snapshot the compiled generator before every step of `script`, resume each snapshot in a new
+    `python` process that has only the build (made here) and this folder on its path, run the rest of
+    the script there, and assert every step gives what CPython's own generator gave. Returns the
+    number of snapshots resumed."""
+    from branchc import snapshot
+    from branchc.splitter.build import build
+
+    (folder / "src").mkdir()
+    (folder / "src" / "program.py").write_text("from branchc import resumable\n" + source)
+    result = build([folder / "src"], folder / "out")
+    assert not result.errors, result.errors
+
+    native_module = load(source, compiled=False)
+    native_log: list = []
+    native_module.emit = native_log.append  # type: ignore[attr-defined]
+    native = native_module.gen(*args)
+    expected = []
+    for op in script:
+        before = len(native_log)
+        expected.append((_step(native, op), native_log[before:]))
+
+    jobs = []
+    compiled_module = load(source, compiled=True)
+    compiled_module.emit = lambda value: None  # type: ignore[attr-defined]
+    generator = compiled_module.gen(*args)
+    for step, op in enumerate(script):
+        if generator.gi_frame is None:
+            break
+        data = json.loads(json.dumps(snapshot(generator)).replace(compiled_module.__name__, "program"))
+        jobs.append((step, data, script[step:]))
+        _step(generator, op)
+
+    done = subprocess.run(
+        [python, "-c", _RUNNER],
+        input=json.dumps([[data, ops] for _, data, ops in jobs]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": f"{folder / 'out'}{os.pathsep}{Path(__file__).parent}", "PATH": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    traces = json.loads(done.stdout)
+    assert len(traces) == len(jobs)
+    for (step, _, _), trace in zip(jobs, traces, strict=True):
+        for offset, (result, added) in enumerate(trace):
+            want_result, want_added = expected[step + offset]
+            where = f"resumed before step {step}, at step {step + offset}"
+            assert result == want_result, f"{where}: {result} != {want_result}"
+            assert added == [repr(item) for item in want_added], where
+    return len(jobs)

@@ -33,6 +33,15 @@ select a subset while the compiler catches up: BRANCHC_FUZZ_FEATURES="with,match
 - walrus-comprehension: `(t := y)` in comprehensions binding the generator's variables
   (then read, perhaps unbound), and comprehensions reading a variable before it is bound.
 
+On Python 3.12 and later, three more (none of them parses on 3.11):
+
+- generics: PEP 695 type parameters on the generator (`def gen[T, *Ts, **P](a)`, bounds and
+  constraints; PEP 696 defaults on 3.13), or the generator as a method of a generic class, with
+  the parameters read in the body (`T.__name__`);
+- fstring-nesting: PEP 701 f-strings, the same quotes nested, yields in the braces and in the
+  format spec (`f"{x!r:>{(yield 1) or 1}}|{f"{(yield 2)}"}"`);
+- type-alias: `type` statements in the program's module (`type Vec[K] = dict[str, K]`), read lazily.
+
 BRANCHC_FUZZ_EXAMPLES sets the number of examples (default 1000).
 """
 
@@ -41,6 +50,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 
 import pytest
 from differential import CANNOT_TRAVEL, check
@@ -63,6 +73,7 @@ FEATURES = frozenset(
         "with-unsafe",
         "yf-return-values",
         "walrus-comprehension",
+        *(("generics", "fstring-nesting", "type-alias") if sys.version_info >= (3, 12) else ()),
     }
 )
 
@@ -222,6 +233,16 @@ def helper2(kind):
     yield ("h2 again", got)
 """
 
+# type-alias (3.12): aliases whose values are evaluated when read.
+ALIASES = """
+type Alias = list[int]
+type Vec[K] = dict[str, K]
+"""
+
+# generics (3.12): the generator's type parameters; defaults are 3.13's (PEP 696).
+TYPE_PARAMS = ("[T]", "[T: int]", "[T, *Ts]", "[T, **P]", "[T: (int, str), *Ts, **P]")
+TYPE_PARAMS_313 = ("[T = int]", "[T: int = bool, *Ts = *tuple[int, ...]]", "[T, **P = [int]]")
+
 NAMES = ("a", "b", "c")
 RAISED = ("ValueError", "KeyError", "RuntimeError")
 CAUGHT = ("ValueError", "KeyError", "LookupError", "Exception", "(ValueError, KeyError)")
@@ -250,9 +271,10 @@ class _Writer:
     """Writes one program from hypothesis draws. Budgets keep programs small: compiling
     is what a test example costs, so programs stay a dozen statements or so."""
 
-    def __init__(self, draw, features: frozenset[str]):
+    def __init__(self, draw, features: frozenset[str], methods: bool = True):
         self.draw = draw
         self.features = features
+        self.methods = methods  # generics: the generator may be a method of a generic class
         self.statements = 0
         self.max_statements = draw(st.integers(3, 10))
         self.ids = 0
@@ -261,6 +283,7 @@ class _Writer:
         self.scope: list[str] = list(NAMES)  # readable names (loop variables join while in scope)
         self.parts: set[str] = set()  # prelude parts used: "exc", "box", "managers", "locked", "helper2"
         self.containers: set[str] = set()  # program-local containers used
+        self.type_params = ""  # generics: the generator's (or its class's) type parameters
 
     def pick(self, options):
         return self.draw(st.sampled_from(options))
@@ -327,10 +350,14 @@ class _Writer:
     def value(self, depth: int = 0) -> str:
         if depth >= 2 or self.chance(25):
             return self.pick((self.num_atom(), "None", "'s'", "r"))
-        kind = self.pick(("num", "num", "num", "list", "tuple", "dict", "yieldfrom", "v", "fstring"))
+        kinds = ("num", "num", "num", "list", "tuple", "dict", "yieldfrom", "v", "fstring")
+        kinds += ("typed",) if self.type_params or self.on("type-alias") else ()
+        kind = self.pick(kinds)
         x = lambda: self.value(depth + 1)  # noqa: E731
         if kind == "num":
             return self.num(depth)
+        if kind == "typed":
+            return self.typed()
         if kind == "list":
             return f"[{', '.join(x() for _ in range(self.draw(st.integers(0, 3))))}]"
         if kind == "tuple":
@@ -339,6 +366,9 @@ class _Writer:
             return f"{{{self.num(depth + 1)}: {x()}}}"
         if kind == "v":
             return f"v({x()})"
+        if kind == "fstring" and self.on("fstring-nesting") and self.chance(60):  # 3.12: quotes nest freely
+            spec = f"{{(yield {self.num_atom()}) or 1}}"
+            return f'f"{{ {x()}!r:>{spec} }}|{{ f"{{ {x()} }}" }}"'
         if kind == "fstring" and not self.in_fstring:  # 3.11: an f-string cannot nest its own quotes
             self.in_fstring = True
             text = f'f"{{ {x()}!r}}-{{ {self.num(depth + 1)} }}"'
@@ -352,6 +382,18 @@ class _Writer:
             self.uses_helper = True
             return f"(yield from helper({self.pick(('0', '1', '2'))}))"
         return f"(yield from [{x()}, {x()}])"
+
+    def typed(self) -> str:
+        """generics, type-alias: a type parameter or an alias, read in the body."""
+        options = []
+        if self.type_params:
+            options += ["T.__name__", "repr(T.__bound__)", "repr(T.__constraints__)"]
+            options += ["Ts.__name__"] if "*Ts" in self.type_params else []
+            options += ["repr(T.__default__)"] if "=" in self.type_params else []
+        if self.on("type-alias"):
+            self.parts.add("aliases")
+            options += ["repr(Alias.__value__)", "repr(Vec[int])", "Vec.__type_params__[0].__name__"]
+        return self.pick(tuple(options))
 
     def num_atom(self) -> str:
         if self.chance(55):
@@ -812,6 +854,10 @@ class _Writer:
         return [f"with {', '.join(items)}:  {CANNOT_TRAVEL}", *self.indent(self.with_body(depth, ctx))]
 
     def program(self) -> str:
+        method = False
+        if self.on("generics"):
+            self.type_params = self.pick(TYPE_PARAMS + (TYPE_PARAMS_313 if sys.version_info >= (3, 13) else ()))
+            method = self.methods and self.chance(40)  # else the generator function itself is generic
         # The last yield makes every program a generator, even when the drawn body has no yield.
         body = [
             "b = 0",
@@ -826,21 +872,29 @@ class _Writer:
         parts = [PRELUDE]
         if self.uses_helper:
             parts.append(HELPER)
-        for part, text in (("exc", EXC_INFO), ("box", BOX), ("managers", MANAGERS), ("locked", LOCKED)):
+        parts_text = (("exc", EXC_INFO), ("box", BOX), ("managers", MANAGERS), ("locked", LOCKED), ("aliases", ALIASES))
+        for part, text in parts_text:
             if part in self.parts:
                 parts.append(text)
         if "helper2" in self.parts:
             parts.append(HELPER2)
         first = [CONTAINERS[name] for name in containers]
-        parts.append("@resumable\ndef gen(a):\n" + "\n".join(self.indent(first + body)) + "\n")
+        code = self.indent(first + body)
+        if method:  # generics: a method of a generic class, called through a module-level gen
+            method_code = self.indent(["@resumable", "def run(self, a):", *code])
+            parts.append(f"class G{self.type_params}:\n" + "\n".join(method_code) + "\n")
+            parts.append("def gen(a):\n    return G().run(a)\n")
+        else:
+            parts.append(f"@resumable\ndef gen{self.type_params}(a):\n" + "\n".join(code) + "\n")
         return "\n".join(parts)
 
 
 # Both strategies write the older constructs only unless given features: other tests draw from them
 # (test_split_graph.py); test_random_program asks for ENABLED.
 @st.composite
-def programs(draw, features: frozenset[str] = frozenset()) -> str:
-    return _Writer(draw, features).program()
+def programs(draw, features: frozenset[str] = frozenset(), methods: bool = True) -> str:
+    """`methods=False`: `gen` is always the generator function itself (never a generic class's method)."""
+    return _Writer(draw, features, methods).program()
 
 
 def _operation(draw, first: bool, thrown: tuple[str, ...]):
@@ -899,6 +953,9 @@ FEATURE_SIGNS = {
     "with-unsafe": r"^\s*with .*Locked\(.*" + re.escape(CANNOT_TRAVEL),
     "yf-return-values": r"yield from helper2\(",
     "walrus-comprehension": r" for y in .*:=|:= .* for y in ",
+    "generics": r"^(def gen|class G)\[[\s\S]*\b(T|Ts)\.__\w+__",
+    "fstring-nesting": r'f"\{ .*\(yield .*\) or 1\} \}\|\{ f"',
+    "type-alias": r"^type Vec\[K\][\s\S]*(Alias\.__value__|Vec\[int\]|Vec\.__type_params__)",
 }
 
 

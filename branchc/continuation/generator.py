@@ -111,6 +111,8 @@ def make_generator(
     exactly where the snapshot was taken, or not started, or finished."""
     code = meta.body_code
     freevars = code.co_freevars
+    if meta.type_cells:
+        free = {**free, **meta.type_cells}
     closure = tuple(free[n] if n in free else types.CellType() for n in freevars) if freevars else None
     function = types.FunctionType(code, meta.globals, code.co_name, None, closure)
     if state == "created":  # not started: call it with the arguments it had
@@ -174,13 +176,17 @@ def state(generator: types.GeneratorType) -> tuple[str, int, dict[str, Any]]:
 
 
 def free_cells(generator: types.GeneratorType) -> dict[str, types.CellType]:
-    """The cells a compiled body closes over, by name (a nested body keeps them in `_bc_C`)."""
+    """The cells a compiled body closes over, by name (a nested body keeps them in `_bc_C`), but for
+    those of type parameters, which are the definition's."""
     freevars = generator.gi_code.co_freevars
     if not freevars:
         return {}
     frame = generator.gi_frame
     cells = frame.f_locals.get("_bc_C") if frame is not None else None
-    return dict(zip(freevars, cells, strict=True)) if cells else {}
+    if not cells:
+        return {}
+    fixed = meta_of(generator.gi_code).type_cells
+    return {name: cell for name, cell in zip(freevars, cells, strict=True) if name not in fixed}
 
 
 def source_location(generator: types.GeneratorType) -> str:

@@ -58,6 +58,8 @@ class FunctionMeta:
     binds: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
+    # The cells of its type parameters (`def f[T]`, or a generic class's): the definition's, never a run's
+    type_cells: dict[str, types.CellType] = field(repr=False, default_factory=dict)
 
     @cached_property
     def internals(self) -> dict[str, str]:
@@ -80,6 +82,7 @@ class _Module:
     functions: dict[str, str]  # qualname -> code hash
     classes: frozenset[str]
     root: str | None = None  # the build folder whose manifest lists it; None once it is imported
+    python: str | None = None  # the Python that built it ("3.12"), as its manifest says
 
 
 def _is_body(code: types.CodeType) -> bool:
@@ -164,7 +167,11 @@ def compiled(table: dict[str, Any], qualname: str):
         fn.__branchc_table__ = (table, qualname)  # type: ignore[attr-defined]
         code = fn.__code__
         body = code if _is_body(code) else next(c for c in code.co_consts if type(c) is types.CodeType and _is_body(c))
-        meta = _make_meta(table["functions"][qualname], fn.__module__, qualname, body, fn.__globals__)
+        info = table["functions"][qualname]
+        meta = _make_meta(info, fn.__module__, qualname, body, fn.__globals__)
+        if "type_params" in info:
+            cells = zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True)
+            meta.type_cells = {name: cell for name, cell in cells if name in info["type_params"]}
         _BY_CODE[body] = _BY_CODE_ID[id(body)] = meta
         _BY_REF[meta.ref] = meta  # a reloaded module replaces the old one
         if meta.module not in _LOADED or _LOADED[meta.module].functions is not table["functions"]:
@@ -208,10 +215,11 @@ def _manifest(folder: str) -> dict[str, _Module]:
     root = os.path.realpath(folder or ".")
     try:
         with open(path, encoding="utf-8") as file:
-            listed = json.load(file)["modules"]
-        for name, entry in listed.items():
+            manifest = json.load(file)
+        python = manifest.get("python")
+        for name, entry in manifest["modules"].items():
             functions = {f["qualname"]: f["hash"] for f in entry.get("functions", [])}
-            modules[name] = _Module(functions, frozenset(entry.get("classes", [])), root)
+            modules[name] = _Module(functions, frozenset(entry.get("classes", [])), root, python if isinstance(python, str) else None)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         modules = {}  # not a manifest this branchc wrote: it lists nothing
     _MANIFESTS[folder] = (mtime, modules)
@@ -261,7 +269,14 @@ def _import(module: str, known: _Module) -> types.ModuleType:
                 f"module {name!r} would be imported from {origin or 'nowhere'}, not from the build at "
                 f"{known.root} that lists it; put that build folder first on sys.path"
             )
-    return importlib.import_module(module)
+    try:
+        return importlib.import_module(module)
+    except SyntaxError as error:  # a build of a newer Python's syntax (`def f[T]`, say) on an older one
+        here = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise SnapshotError(
+            f"module {module!r} does not import on Python {here}: {error.msg} ({error.filename}:{error.lineno}); "
+            f"its build was made by Python {known.python}: resume the run on that Python, or one that reads its syntax"
+        ) from None
 
 
 def _manifest_of(root: str) -> dict[str, _Module]:

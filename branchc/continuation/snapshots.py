@@ -481,7 +481,7 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
     if free:
         freevars = meta.body_code.co_freevars
         for name, cell in free.items():
-            if name not in freevars or type(cell) is not types.CellType:
+            if name not in freevars or name in meta.type_cells or type(cell) is not types.CellType:
                 raise SnapshotDataError(f"{path}.free[{name!r}]", f"{meta.ref} closes over no such cell")
     try:
         generator = make_generator(meta, state, label, values, free)

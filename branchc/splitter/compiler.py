@@ -49,6 +49,7 @@ class CompiledFunction:
     live: dict[int, list[str]] = field(default_factory=dict)
     binds: dict[str, list[list[str]]] = field(default_factory=dict)  # see bindings.py
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
+    type_params: list[str] = field(default_factory=list)  # free names that are type parameters (PEP 695)
     graph: StateGraph | None = None
 
     def manifest(self) -> dict:
@@ -372,10 +373,14 @@ def _match_lines(lines: list[str], old: list[int], text: list[str], offset: int,
         mapping[offset + index] = (source, delta)
 
 
-def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[str], set[str]]]:
-    """qualname -> (local names, locals captured by nested scopes, free names) of every function,
-    from CPython's own symbol table."""
-    out: dict[str, tuple[set[str], set[str], set[str]]] = {}
+_TYPE_PARAMETERS = ("type parameter", "type parameters")  # symtable's name for it in 3.12, and since 3.13
+
+
+def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[str], set[str], set[str]]]:
+    """qualname -> (local names, locals captured by nested scopes, free names, the free names that are
+    type parameters of the def or of an enclosing generic class) of every function, from CPython's own
+    symbol table."""
+    out: dict[str, tuple[set[str], set[str], set[str], set[str]]] = {}
 
     def frees(scope: symtable.SymbolTable) -> set[str]:
         """Names that a nested def or lambda closes over. A comprehension's own reads (and its walrus
@@ -387,21 +392,26 @@ def _original_locals(source: str, path: str) -> dict[str, tuple[set[str], set[st
             found |= frees(child)
         return found
 
-    def walk(scope: symtable.SymbolTable, prefix: str) -> None:
+    def walk(scope: symtable.SymbolTable, prefix: str, type_names: frozenset[str]) -> None:
         for child in scope.get_children():
-            if child.get_type() == "function":
+            kind = child.get_type()
+            if kind == "function":
                 qualname = f"{prefix}{child.get_name()}"
                 names = set(child.get_locals())
                 captured = names & set().union(*(frees(c) for c in child.get_children()))
-                known, known_captured, known_free = out.setdefault(qualname, (set(), set(), set()))
+                known, known_captured, known_free, known_typed = out.setdefault(qualname, (set(), set(), set(), set()))
                 known |= names
                 known_captured |= captured
                 known_free |= set(child.get_frees())
-                walk(child, f"{qualname}.<locals>.")
-            elif child.get_type() == "class":
-                walk(child, f"{prefix}{child.get_name()}.")
+                known_typed |= set(child.get_frees()) & type_names
+                walk(child, f"{qualname}.<locals>.", type_names - names)
+            elif kind == "class":
+                walk(child, f"{prefix}{child.get_name()}.", type_names)
+            elif kind in _TYPE_PARAMETERS:  # `def f[T]`, `class C[T]`: inside a scope of T's own
+                bound = {name for name in child.get_identifiers() if child.lookup(name).is_local()}
+                walk(child, prefix, type_names | bound)
 
-    walk(symtable.symtable(source, path, "exec"), "")
+    walk(symtable.symtable(source, path, "exec"), "", frozenset())
     return out
 
 
@@ -417,6 +427,7 @@ def _meta_table(functions: list[CompiledFunction], classes: list[str]) -> dict:
                 "live": f.live,
                 "binds": f.binds,
                 "notes": f.notes,
+                **({"type_params": f.type_params} if f.type_params else {}),
             }
             for f in functions
         },
@@ -741,7 +752,7 @@ class _Splitter(cst.CSTTransformer):
         params = _flat_params(node.params)
         hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names
         hidden |= {f"_bc_{kind}{n}" for n in range(1, len(normalizer.withs) + 1) for kind in ("wm", "wx", "wf")}
-        local_names, captured_names, free_names = self.locals.get(qualname, (set(), set(), set()))
+        local_names, captured_names, free_names, type_names = self.locals.get(qualname, (set(), set(), set(), set()))
         # Variables a nested function captures live in cells of the public function: the body
         # declares them nonlocal, so a snapshot carries the cells themselves and a resume hands
         # them back as the body's closure, shared with every function that captured them.
@@ -749,6 +760,7 @@ class _Splitter(cst.CSTTransformer):
         body_args = [p for p in params if p not in captured_names]
         restorable = sorted((local_names | set(params) | hidden) - _INTERNAL - captured_names)
         compiled.restorable = restorable
+        compiled.type_params = sorted(type_names)  # cells of the definition, not of a run: they never travel
         exits = [f"_bc_wx{n}" for n in range(1, len(normalizer.withs) + 1)]
         compiled.binds = callable_bindings(lowered, set(restorable), exits, walrus=text is None or ":=" in text)
         for n, with_node in enumerate(normalizer.withs, start=1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
+import sys
 from collections.abc import Iterable, Sequence
 
 import libcst as cst
@@ -44,6 +45,24 @@ class _Codegen(CodegenState):
 
 
 _NO_POSITIONS = contextlib.nullcontext()
+
+
+def _codegen(self: cst.CSTNode, state: CodegenState, **kwargs: object) -> None:
+    """LibCST's `CSTNode._codegen`, calling `_codegen_impl` without `**` when there are no keywords.
+
+    On 3.12 a call with `**` takes a C stack level, and 3.12's C recursion limit (about 1,500, which
+    `sys.setrecursionlimit` does not raise) stops code generation inside an expression of some 700
+    terms, which CPython itself compiles. 3.13 counts the stack instead, and 3.11 has no such limit."""
+    state.before_codegen(self)
+    if kwargs:
+        self._codegen_impl(state, **kwargs)
+    else:
+        self._codegen_impl(state)
+    state.after_codegen(self)
+
+
+if sys.version_info[:2] == (3, 12) and cst.CSTNode._codegen.__code__.co_flags & inspect.CO_VARKEYWORDS:
+    cst.CSTNode._codegen = _codegen  # type: ignore[method-assign]
 
 
 def generate(module: cst.Module, node: cst.CSTNode) -> str:
@@ -219,8 +238,10 @@ def yield_count(node: cst.CSTNode) -> int:
         kind = type(node)
         if kind in _NESTED:
             count = _scope_yields(node)
-        else:
-            count = (kind is cst.Yield) + sum(map(yield_count, children(node)))
+        else:  # a plain loop: under sum(map(...)) each level would take C stack too (3.12 limits it)
+            count = kind is cst.Yield
+            for child in children(node):
+                count += yield_count(child)
         _COUNTS[node] = count
     return count
 

@@ -8,6 +8,7 @@ import io
 import math
 import sys
 import types
+import typing
 from collections.abc import Callable, Iterable
 from functools import cached_property, partial
 from typing import Any
@@ -177,6 +178,11 @@ _DATA_HINT = (
 )
 
 
+_TYPING_CONSTRUCTS = frozenset(
+    {typing.TypeVar, typing.ParamSpec, typing.TypeVarTuple, *(getattr(typing, "TypeAliasType", None),)} - {None}
+)
+
+
 def _why_not(x: Any) -> str:
     """The hint for a value the codec cannot carry."""
     if isinstance(x, io.IOBase):
@@ -185,6 +191,13 @@ def _why_not(x: Any) -> str:
         return "make it @resumable so it compiles, or finish it before the yield"
     if isinstance(x, type):
         return "classes cannot travel; refer to the class by name after the yield"
+    if type(x) in _TYPING_CONSTRUCTS:
+        return "a type parameter or type alias is part of the code, not of the run; refer to it by name after the yield"
+    if typing.get_origin(x) is not None:
+        return (
+            "a parameterized type (Box[int]) is part of the code, not of the run; refer to it by name after the "
+            "yield (an instance made as Box[int](...) keeps one in __orig_class__: make it as Box(...))"
+        )
     if isinstance(x, types.ModuleType):
         return "modules cannot travel; use a module-level import instead of a variable"
     if isinstance(x, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, partial)) or callable(x):
@@ -337,7 +350,9 @@ def plain_class(cls: type) -> bool:
             return False
         if klass.__module__.partition(".")[0] in _PROCESS_MODULES:
             return False  # a thread, a socket, ...: it belongs to this process
-    pointers = len(slot_members(cls)) + (cls.__weakrefoffset__ != 0)
+    # Its slots, and the weak reference and __dict__ pointers when they sit in the object (since 3.12
+    # they live before it, at a negative offset, as __dict__ already did).
+    pointers = len(slot_members(cls)) + (cls.__weakrefoffset__ > 0) + (cls.__dictoffset__ > 0)
     if cls.__basicsize__ != object.__basicsize__ + pointers * _POINTER:
         return False  # a C struct of its own (an extension type): not just its attributes
     hooks = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__")

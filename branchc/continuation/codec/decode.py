@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import uuid
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -944,7 +945,10 @@ def _dec_chain(d: _Decoder, x: list, path: Any, slot: int | None) -> Any:
     _shape(x, path, 0, 2)
     chain = itertools.chain()
     if len(x) > 1:
-        _call(path, chain.__setstate__, tuple(d.items(x, path, 1)))
+        state = tuple(d.items(x, path, 1))
+        with warnings.catch_warnings():  # deprecated since 3.12, still there until 3.14
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _call(path, chain.__setstate__, state)
     return chain
 
 

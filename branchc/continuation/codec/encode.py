@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import sys
 import uuid
+import warnings
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -452,7 +453,12 @@ def _reduce(e: _Encoder, x: Any, path: Any) -> tuple:
     if type(x).__reduce__ is object.__reduce__:
         hint = "this Python cannot read its position; finish it before the yield"
         raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
-    reduced = x.__reduce__()
+    if type(x).__module__ == "itertools":  # deprecated since 3.12, still there until 3.14
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            reduced = x.__reduce__()
+    else:
+        reduced = x.__reduce__()
     e.keep.append(reduced)  # a dict iterator's list of what is left, a range iterator's range, ...
     return reduced
 
@@ -469,7 +475,9 @@ def _seq_iter(e: _Encoder, x: Any, path: Any, out: list) -> None:
     elif type(x) in _DICT_ITERATORS:
         out[0] = _DICT_ITERATORS[type(x)]
     out.append(e.enc(source, (path, "source", "<{}>")))
-    out += position
+    # Since Python 3.12 a range iterator reduces to the range of what is left and no position (None):
+    # written as position 0 of that range, which every version reads back the same.
+    out += [0] if position == [None] else position
 
 
 def _reduced(e: _Encoder, x: Any, path: Any, out: list) -> None:

@@ -41,8 +41,8 @@ def encode_plain(values: dict[str, Any], extras: dict[type, dict] | None = None)
                 return x
         elif t is _RANGE_ITERATOR and _RANGE_REDUCES:  # its bounds are C longs: never big ints
             seen.append(id(x))
-            _, (source,), position = x.__reduce__()
-            return ["I", ["rg", source.start, source.stop, source.step], position]
+            _, (source,), position = x.__reduce__()  # since 3.12: the range of what is left, no position
+            return ["I", ["rg", source.start, source.stop, source.step], position or 0]
         elif extras is not None and t in extras:
             seen.append(id(x))
             return ["@", dict(extras[t])]
