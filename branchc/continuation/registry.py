@@ -216,10 +216,10 @@ def _manifest(folder: str) -> dict[str, _Module]:
     try:
         with open(path, encoding="utf-8") as file:
             manifest = json.load(file)
-        python = manifest.get("python")
+        python = manifest.get("python") if isinstance(manifest.get("python"), str) else None
         for name, entry in manifest["modules"].items():
             functions = {f["qualname"]: f["hash"] for f in entry.get("functions", [])}
-            modules[name] = _Module(functions, frozenset(entry.get("classes", [])), root, python if isinstance(python, str) else None)
+            modules[name] = _Module(functions, frozenset(entry.get("classes", [])), root, python)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         modules = {}  # not a manifest this branchc wrote: it lists nothing
     _MANIFESTS[folder] = (mtime, modules)
