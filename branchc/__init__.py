@@ -2,6 +2,7 @@
 
 from .continuation.generator import release
 from .continuation.snapshots import resume, snapshot
+from .errors import MissingExtraError
 from .runtime import (
     AssistantToolCallMessage,
     BranchcError,
@@ -57,6 +58,7 @@ __all__ = [
     "Limits",
     "Message",
     "MissingCapabilityError",
+    "MissingExtraError",
     "ModelPreferences",
     "ParamsError",
     "SampleResult",

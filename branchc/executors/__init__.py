@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import BranchcError
+from ..extras import missing_extra
 from ..runtime.steps import StepElsewhereError
 
 __all__ = [
@@ -84,7 +85,8 @@ def parse_executor(spec: str | None) -> ExecutorSpec:
 
 def open_executor(spec: str | ExecutorSpec | None, *, timeout: float = 10) -> cf.Executor | None:
     """The executor `spec` names, ready (None for inline); shut it down when done. A dask scheduler that
-    does not answer within `timeout` seconds is an ExecutorSpecError naming it."""
+    does not answer within `timeout` seconds is an ExecutorSpecError naming it; dask:// without the
+    distributed package is a MissingExtraError (`pip install 'branchc[dask]'`)."""
     parsed = spec if isinstance(spec, ExecutorSpec) else parse_executor(spec)
     if parsed.kind == "inline":
         return None
@@ -142,10 +144,8 @@ class DaskExecutor(cf.Executor):
     def __init__(self, scheduler: Any, *, timeout: float = 10) -> None:
         try:
             import distributed
-        except ImportError:
-            raise ExecutorSpecError(
-                "a dask executor needs dask.distributed, which is not installed: pip install 'branchc[dask]'"
-            ) from None
+        except ImportError as error:
+            raise missing_extra("dask", error) from None
         self._owned = not isinstance(scheduler, distributed.Client)
         if self._owned:
             try:

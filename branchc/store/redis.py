@@ -9,7 +9,8 @@ readers at once (Redis drops its hash) and leaves the indexes at the next gc or 
 database, not Redis Cluster (the scripts touch keys they compute).
 
 A server that cannot be reached (down, restarting) gives a StoreUnavailableError; the client reconnects
-by itself when it is back.
+by itself when it is back. It needs the redis package (`pip install 'branchc[redis]'`): without it,
+importing this module is a MissingExtraError saying so.
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ import math
 import time
 from typing import Any
 
-import redis
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
+from ..extras import missing_extra
+
+try:
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+except ImportError as error:
+    raise missing_extra("redis", error) from None
 
 from .base import (
     RunExistsError,

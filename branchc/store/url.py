@@ -55,7 +55,8 @@ def _seconds(url: str, name: str, value: str | None, default: float) -> float:
 
 
 def open_store(url: str) -> RunStore | None:
-    """The store `url` names (None for "none"); StoreURLError naming the part that is wrong and the fix."""
+    """The store `url` names (None for "none"); StoreURLError naming the part that is wrong and the fix, or
+    MissingExtraError naming the extra a backend needs (redis: `pip install 'branchc[redis]'`)."""
     if not isinstance(url, str) or not url.strip():
         raise _bad(str(url), "it is empty", "name a store")
     text = url.strip()
@@ -99,10 +100,6 @@ def _sqlite(url: str, text: str) -> RunStore:
 
 
 def _redis(url: str, text: str) -> RunStore:
-    try:
-        from .redis import RedisStore
-    except ImportError:  # pragma: no cover - redis is a dependency
-        raise _bad(url, "the redis package is not installed", "pip install redis") from None
     parts = urlsplit(text)
     if not parts.hostname:
         raise _bad(url, "it names no host", "write redis://HOST:PORT/DB, e.g. redis://127.0.0.1:6379/0")
@@ -121,4 +118,6 @@ def _redis(url: str, text: str) -> RunStore:
     if timeout == 0:
         raise _bad(url, "timeout=0 would fail every call", "give seconds > 0")
     plain = urlunsplit((parts.scheme, parts.netloc, parts.path or "/0", "", ""))
+    from .redis import RedisStore  # the URL is checked first, with or without the redis package
+
     return RedisStore(plain, prefix=prefix, timeout=timeout)

@@ -13,6 +13,9 @@ their numbers) in a call of the check, so the result is tested for JSON data ins
 iterator is still one (Monty hands such values to the host as their repr, a str). Each `tools.NAME(...)`
 call suspends the sandbox; the engine awaits the caller's `call` and resumes it with the result, or with
 the error as a `RuntimeError` the script may catch.
+
+It needs the pydantic-monty package (`pip install 'branchc[handlers]'`): without it, importing this module
+is a MissingExtraError saying so.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ import sys
 from typing import Any
 
 import anyio
-import pydantic_monty as monty
+
+from ...extras import missing_extra
+
+try:
+    import pydantic_monty as monty
+except ImportError as error:
+    raise missing_extra("handlers", error) from None
 
 from ...runtime.jsondata import json_data_problems
 from .chaining import python_name
