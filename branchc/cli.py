@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
+import shlex
 import sys
 from collections.abc import Iterator
 from enum import StrEnum
@@ -276,9 +278,9 @@ def _own_modules(source: Path, names: set[str]) -> list[str]:
     """Of the modules `names`, imported while `source` was loaded, those of the source itself: the modules
     of its build (by name, per its branchc.json) and any whose file lies under the source (not in a
     site-packages folder there), its build or the cache folder."""
-    from .splitter.build import MANIFEST, cache_folder, cache_root
+    from .splitter.build import MANIFEST, cache_root, sources_build
 
-    build = source if source.is_dir() and (source / MANIFEST).is_file() else cache_folder(source)
+    build = source if source.is_dir() and (source / MANIFEST).is_file() else sources_build(source)
     try:
         built = set(json.loads((build / MANIFEST).read_text())["modules"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -316,15 +318,30 @@ def _own_modules(source: Path, names: set[str]) -> list[str]:
 @app.command(name="compile")
 def compile_(
     sources: Annotated[list[Path], typer.Argument(help="Files or folders (searched recursively).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the compiled modules and branchc.json.")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder for the compiled modules and branchc.json: a new or empty folder, or a build. "
+            "Default: build/ beside the sources (in the folder holding the first source; ./build for . itself).",
+        ),
+    ] = None,
 ) -> None:
-    """Compile tools into importable modules in OUT, plus the manifest OUT/branchc.json."""
+    """Compile tools into importable modules in OUT, plus the manifest OUT/branchc.json.
+
+    OUT is the compiler's own: it is refused when it holds files but no branchc.json, and after each
+    build it holds exactly the modules of the manifest (a module whose source is gone is removed).
+    `serve`, `run` and `graph` given the same sources use the default folder's build."""
     from rich.progress import Progress
 
-    from .splitter.build import BuildError, build
+    from .splitter.build import BuildError, build, default_build_folder
 
     interactive = err.is_terminal
+    defaulted = out is None
     try:
+        if out is None:
+            out = default_build_folder(sources)
         if interactive:
             with Progress(console=err, transient=True, auto_refresh=False) as bar:  # no thread: build may fork
                 task = bar.add_task("compiling", total=None)
@@ -337,12 +354,27 @@ def compile_(
             result = build(sources, out)
     except (FileNotFoundError, BuildError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
+        if defaulted and out is not None and out.is_dir() and not (out / "branchc.json").is_file():
+            err.print(f"  [dim]hint: {escape(str(out))} is the default build folder; choose another with -o FOLDER[/]")
         raise typer.Exit(1) from None
     _print_diagnostics(result.diagnostics)
     if result.errors:
         err.print(f"[red]{len(result.errors)} error(s)[/]")
         raise typer.Exit(1)
-    err.print(f"compiled {len(result.compiled)} module(s), {len(result.cached)} unchanged, into {escape(str(out))}")
+    shown = _shown_path(out)
+    err.print(
+        f"compiled {len(result.compiled)} module(s), {len(result.cached)} unchanged, into {escape(shown)} "
+        f"(serve it: branchc serve {escape(shlex.quote(shown))})"
+    )
+
+
+def _shown_path(path: Path) -> str:
+    """`path` as a user would type it here: relative to the current folder when inside it, else absolute."""
+    where, here = Path(os.path.abspath(path)), Path(os.path.abspath(os.getcwd()))
+    try:
+        return str(where.relative_to(here)) if where != here else "."
+    except ValueError:
+        return str(where)
 
 
 class GraphFormat(StrEnum):

@@ -1,5 +1,6 @@
-"""`compile`, `check` and `serve` search sources without reading builds: their own -o folder (even
-before it holds a manifest), any folder holding a branchc.json, and the compile cache."""
+"""`compile`, `check` and `serve` search sources without reading builds: their own -o folder, any folder
+holding a branchc.json, and the compile cache. (tests/test_build_folder.py: the default build folder,
+and a build folder as the compiler's own.)"""
 
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ def sources(tmp_path: Path, monkeypatch) -> Path:
 
 def test_compile_twice_into_a_subfolder_then_check_and_serve(sources: Path) -> None:
     (sources / "build").mkdir()
-    (sources / "build" / "leftover.py").write_text(NOT_A_SOURCE)  # -o before it holds a manifest
+    (sources / "build" / "leftover.py").write_text(NOT_A_SOURCE)  # -o holds files, but no manifest
+    done = branchc("compile", ".", "-o", "build", cwd=sources)
+    assert done.returncode == 1
+    assert "build: this folder is not empty and is not a branchc build" in done.stderr  # not read, not written
+    (sources / "build" / "leftover.py").unlink()
     for _ in range(2):
         done = branchc("compile", ".", "-o", "build", cwd=sources)
         assert done.returncode == 0, done.stderr
@@ -47,8 +52,9 @@ def test_compile_twice_into_a_subfolder_then_check_and_serve(sources: Path) -> N
     assert done.returncode == 0, done.stderr
     assert "no errors" in done.stderr
 
-    # serve: compiled into the cache inside the sources, twice (the second time the cache holds a build);
-    # in a process of its own, so the module it imports is not left to other tests
+    # serve: from ./build, the default build folder of ., which compile made from these sources (the
+    # search passes over it and over the cache inside the sources); twice, in a process of its own, so
+    # the module it imports is not left to other tests
     served = "from branchc.bridge.loading import load_served_tools as load; print(sorted(load('.')))"
     for _ in range(2):
         done = subprocess.run([sys.executable, "-c", served], capture_output=True, text=True, cwd=sources, timeout=120)

@@ -1,5 +1,6 @@
 """The tools `branchc serve PATH` serves: PATH is source (files or folders, compiled on the fly
-into a cache and rebuilt only where they changed) or a build folder from `branchc compile`.
+and rebuilt only where they changed, into their default build folder when `branchc compile` made it
+from them, else into a cache) or a build folder from `branchc compile`.
 
 Tools always run compiled, in both protocol eras, so a run behaves the same whichever era a
 client speaks (loading is shared with `branchc run`: runtime/compiled.py). Every model a tool

@@ -1,5 +1,6 @@
-"""Tools that run compiled: a path (tool sources, compiled on the fly into the cache and rebuilt
-only where they changed, or a build folder from `branchc compile`) and the tools its build defines.
+"""Tools that run compiled: a path (tool sources, compiled on the fly and rebuilt only where they
+changed, into their default build folder when `branchc compile` made it from them, else into the
+cache; or a build folder from `branchc compile`) and the tools its build defines.
 
 `branchc run` (one tool of a file), `branchc serve` and `branchc check` (every tool of a path)
 all load tools this way, so a tool runs the same code under each. Importing a build runs each
@@ -85,7 +86,8 @@ class LoadedBuild:
 
 def compiled_build(path: str | Path, **warn: Any) -> Path:
     """The build folder of `path`: the folder itself when it is a build, else its sources compiled
-    into the cache. CompiledLoadError when the sources do not compile (each diagnostic, with its hint).
+    (splitter.build.build_folder: into their default build folder or the cache). CompiledLoadError
+    when the sources do not compile (each diagnostic, with its hint).
     `warn=fn` gets the compiler's warnings (build_folder's default prints them to stderr)."""
     from ..splitter.build import BuildError, build_folder  # the compiler: only when sources are loaded
 

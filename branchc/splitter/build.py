@@ -4,32 +4,54 @@ For each source file, OUT gets a module of the same name (folders keep their
 package structure): the compiled text, readable, which on import gives its
 functions the source's file name and line numbers (see continuation/relocate.py), so
 tracebacks point at what you wrote. `OUT/branchc.json` describes every compiled
-function and every tool.
+function and every tool, and names the sources it was built from and each module's file.
 An unchanged file (same content hash, same compiler) is not compiled again.
+
+A build folder is the compiler's own: it writes only into a new or empty folder or one holding a
+manifest (a build), and after each build the folder holds exactly the modules the manifest lists
+(a module whose source is gone is removed, with its bytecode and the package folders it leaves
+empty). The manifest is written before the first module goes into a new folder and replaced
+atomically, so an interrupted build leaves a folder the next build still knows as its own.
+Without `-o`, `branchc compile` writes to `default_build_folder(sources)`.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib
 import json
 import multiprocessing
 import os
+import re
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import __version__
 from .compiler import COMPILER_VERSION, CompiledModule, compile_module
 from .diagnostics import CompileError, Diagnostic
 
-__all__ = ["BuildError", "BuildResult", "SourceFile", "build", "build_folder", "build_workers", "check", "find_sources"]
+__all__ = [
+    "BuildError",
+    "BuildResult",
+    "SourceFile",
+    "build",
+    "build_folder",
+    "build_workers",
+    "check",
+    "default_build_folder",
+    "find_sources",
+    "sources_build",
+]
 
 MANIFEST = "branchc.json"
+_TEMPORARY = re.compile(rf"\.{re.escape(MANIFEST)}\.[\d.]+\.tmp")  # the manifest being written
 
 
 @dataclass(frozen=True)
@@ -142,25 +164,61 @@ def _workers(files: int) -> Iterator[Run]:
         yield lambda fn, *lists: pool.map(fn, *lists, chunksize=chunk)
 
 
+def default_build_folder(sources: Iterable[str | Path]) -> Path:
+    """Where `branchc compile SOURCES` writes without `-o`: `build` inside the folder that holds the
+    first source, so beside it. For a folder `tools` that is `./build`, for `examples/tools`
+    `examples/build`, for a file `tools/a.py` `tools/build`. When the first source is the current
+    folder or contains it (`branchc compile .`, `branchc compile ..`), it is `./build`: never a
+    folder above the current one. The path is relative when the source is."""
+    first = next(iter(sources), None)
+    if first is None:
+        raise BuildError("no sources given")
+    source = Path(os.path.normpath(first))
+    here, real = os.path.realpath(os.getcwd()), os.path.realpath(source)
+    if real == here or here.startswith(real.rstrip(os.sep) + os.sep):
+        return Path("build")
+    return source.parent / "build"
+
+
+def sources_build(path: str | Path) -> Path:
+    """The folder `build_folder` compiles the sources `path` into: their default build folder
+    (`default_build_folder`) when `branchc compile` made it from exactly these sources (its manifest's
+    `sources`), else their folder in the cache."""
+    path = Path(path)
+    default = default_build_folder([path])
+    if _manifest_of(default).get("sources") == [str(path.resolve())]:
+        return default
+    return cache_folder(path)
+
+
 def build(
     sources: Iterable[str | Path],
     out: str | Path,
     *,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> BuildResult:
-    """Compile `sources` into `out`; files whose content did not change since the last build are kept."""
+    """Compile `sources` into `out`; files whose content did not change since the last build are kept.
+
+    `out` is the compiler's own: a folder that holds files but no manifest is refused (BuildError,
+    nothing written). Afterwards it holds exactly the modules the manifest lists: the modules of a
+    previous build whose source is gone (or no longer compiles) are removed."""
     out = Path(out)
+    sources = [Path(source) for source in sources]
     files = find_sources(sources, skip=[out])
     for source in files:
         if os.path.realpath(out / source.relative) == os.path.realpath(source.path):
             raise BuildError(f"{source.path}: compiling into {out} would write over this source; give another folder")
-    manifest_path = out / MANIFEST
-    previous: dict[str, Any] = {}
-    if manifest_path.is_file():
-        try:
-            previous = json.loads(manifest_path.read_text())["modules"]
-        except (ValueError, KeyError, TypeError):
-            previous = {}
+    _claim(out)
+    previous_manifest = _manifest_of(out)
+    previous = previous_manifest.get("modules")
+    if not isinstance(previous, dict):
+        previous = {}
+    header = {
+        "branchc": __version__,
+        "compiler": COMPILER_VERSION,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "sources": [str(source.resolve()) for source in sources],
+    }
     result = BuildResult()
     modules: dict[str, Any] = {}
     jobs, result.diagnostics = _read_all(files)
@@ -169,12 +227,26 @@ def build(
     for source, text in jobs:
         digest = digests[source] = _digest(text)
         old = previous.get(source.module)
-        if old and old.get("hash") == digest and "warnings" in old and (out / source.relative).is_file():
-            modules[source.module] = old
+        if (
+            isinstance(old, dict)
+            and old.get("hash") == digest
+            and "warnings" in old
+            and old.get("file", source.relative.as_posix()) == source.relative.as_posix()
+            and (out / source.relative).is_file()
+        ):
+            modules[source.module] = {**old, "file": source.relative.as_posix()}
             result.cached.append(source.module)
             result.diagnostics += _replayed(str(source.path), old.get("warnings"))  # as if compiled again
         else:
             todo.append((source, text))
+    known = _known_files(previous_manifest)
+    if todo:
+        # before the first module is written: the folder is claimed, and the manifest names every
+        # module file the folder may hold, so an interrupted build leaves nothing the next cannot remove
+        rewritten = {source.module for source, _ in todo}
+        kept = {name: entry for name, entry in previous.items() if name not in rewritten}
+        pending = known | {source.relative.as_posix() for source, _ in todo}
+        _write_manifest(out, {**header, "modules": kept, "pending": sorted(pending)})
     done = len(files) - len(todo)
     with _workers(len(todo)) as run:
         compiled_all = run(_compile, [str(source.path) for source, _ in todo], [text for _, text in todo])
@@ -188,6 +260,7 @@ def build(
             _write(out / source.relative, compiled)
             modules[source.module] = {
                 "source": str(source.path),
+                "file": source.relative.as_posix(),
                 "hash": digests[source],
                 "functions": [f.manifest() for f in compiled.functions],
                 "classes": compiled.classes,
@@ -197,6 +270,8 @@ def build(
             result.compiled.append(source.module)
         if progress is not None:
             progress(len(files), len(files), "")
+        # what the manifest will not list goes before the modules are imported: none can import it
+        _remove_stale(out, known - {entry["file"] for entry in modules.values()}, files)
         if not result.errors:  # every module is written: now they can import each other
             root = str(out.resolve())
             names = [name for name in result.compiled if modules[name]["functions"]]
@@ -204,15 +279,94 @@ def build(
                 if problem is not None:
                     result.diagnostics.append(Diagnostic(modules[name]["source"], 1, 1, "error", problem))
                 modules[name]["tools"] = tools
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "branchc": __version__,
-        "compiler": COMPILER_VERSION,
-        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "modules": modules,
-    }
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _write_manifest(out, {**header, "modules": modules})
     return result
+
+
+def _claim(out: Path) -> None:
+    """Refuse `out` unless the compiler may write there: a new or empty folder, or a build (it holds
+    a manifest). Nothing is written when it is refused."""
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"{out}: is a file, not a folder; give a new or empty folder for the build")
+    if not out.is_dir() or (out / MANIFEST).is_file():
+        return
+    try:  # a manifest's temporary file, left by a build killed while writing it, is the compiler's own
+        foreign = any(not _TEMPORARY.fullmatch(entry.name) for entry in out.iterdir())
+    except OSError as error:
+        raise BuildError(f"{out}: cannot read this folder ({error.strerror}); give another folder") from None
+    if foreign:
+        raise BuildError(
+            f"{out}: this folder is not empty and is not a branchc build (it has no {MANIFEST}); the compiler "
+            f"writes only into a folder of its own: give a new or empty folder, or remove {out}"
+        )
+
+
+def _manifest_of(folder: Path) -> dict[str, Any]:
+    """The manifest in `folder`, or {} when it has none (or none this branchc can read)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    """Write OUT/branchc.json whole or not at all: a temporary file beside it, then os.replace."""
+    out.mkdir(parents=True, exist_ok=True)
+    temporary = out / f".{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"  # matches _TEMPORARY
+    try:
+        temporary.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(temporary, out / MANIFEST)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _known_files(manifest: dict[str, Any]) -> set[str]:
+    """Every module file (relative, POSIX) a manifest says its folder may hold: each module's `file`,
+    or for a manifest from before modules named their file, the files the compiler would have
+    written for its name; and the files an interrupted build was writing (`pending`)."""
+    files: set[str] = set()
+    modules = manifest.get("modules")
+    for name, entry in modules.items() if isinstance(modules, dict) else ():
+        recorded = entry.get("file") if isinstance(entry, dict) else None
+        if isinstance(recorded, str):
+            files.add(recorded)
+        elif isinstance(name, str) and name:
+            stem = name.replace(".", "/")
+            files |= {f"{stem}.py", f"{stem}/__init__.py"}
+    pending = manifest.get("pending")
+    files |= {file for file in pending if isinstance(file, str)} if isinstance(pending, list) else set()
+    return {file for file in files if _safe_module_file(file)}
+
+
+def _safe_module_file(file: str) -> bool:
+    """A path a build may remove: relative, inside the folder, a .py file."""
+    path = PurePosixPath(file)
+    return file.endswith(".py") and not path.is_absolute() and ".." not in path.parts and "\\" not in file
+
+
+def _remove_stale(out: Path, stale: set[str], sources: list[SourceFile]) -> None:
+    """Remove the module files `stale` (relative to `out`) with their bytecode, then the package
+    folders they leave empty. Never a source file, never a file outside `out`."""
+    root = os.path.realpath(out)
+    keep = {os.path.realpath(source.path) for source in sources}
+    for file in sorted(stale):
+        target = out / file
+        real = os.path.realpath(target)
+        if real in keep or not real.startswith(root + os.sep) or not target.is_file():
+            continue
+        target.unlink()
+        for compiled in (target.parent / "__pycache__").glob(f"{glob.escape(target.stem)}.*.pyc"):
+            compiled.unlink(missing_ok=True)
+        folder = target.parent
+        while folder != out and os.path.realpath(folder).startswith(root + os.sep):
+            with suppress(OSError):
+                (folder / "__pycache__").rmdir()  # only when empty
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                break
+            folder = folder.parent
 
 
 def _replayed(path: str, warnings: Any) -> list[Diagnostic]:
@@ -286,8 +440,9 @@ def _print_warning(diagnostic: Diagnostic) -> None:
 
 
 def build_folder(path: str | Path, warn: Callable[[Diagnostic], None] | None = _print_warning) -> Path:
-    """A build of `path`: the folder itself when it is a build, else its sources compiled into the
-    cache (rebuilt only where they changed). `warn` is given each compiler warning of the sources,
+    """A build of `path`: the folder itself when it is a build, else its sources compiled (rebuilt
+    only where they changed) into their default build folder when `branchc compile` made it from
+    them, or else into the cache (`sources_build`). `warn` is given each compiler warning of the sources,
     unchanged ones too (the manifest keeps them); by default they go to stderr, compiler style, so
     that `serve`, `run` and `graph` on sources show what `check` would."""
     path = Path(path)
@@ -295,7 +450,7 @@ def build_folder(path: str | Path, warn: Callable[[Diagnostic], None] | None = _
         raise BuildError(f"{path}: no such file or folder; give tool sources or a build folder")
     if path.is_dir() and (path / MANIFEST).is_file():
         return path
-    out = cache_folder(path)
+    out = sources_build(path)
     result = build([path], out)
     if result.errors:
         shown = "\n".join(str(d) for d in result.errors[:10])

@@ -40,7 +40,7 @@ class _Function:
 
 
 def load_manifest(path: str | Path) -> dict:
-    """The manifest of a build folder, or of sources compiled on the fly into the cache."""
+    """The manifest of a build folder, or of sources compiled on the fly (build_folder)."""
     out = build_folder(path)
     try:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
