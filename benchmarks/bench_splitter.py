@@ -3,20 +3,29 @@
 1. Step cost, compiled vs native generator: (a) a tight loop yielding a counter,
    (b) a realistic tool loop (history appends and a small dict per step), and
    (c) a straight run of 200 yields, to show dispatch does not grow with the
-   number of states.
+   number of states. Native and compiled runs alternate; the ratio is the median
+   of the pairs' ratios.
 2. Snapshot + json.dumps + json.loads + resume of a suspended tool holding a
    20-message history, against json.dumps + json.loads of its live data alone;
    and the sizes of both.
 3. Compile throughput on a generated tree of tools (cold, and a cached rebuild),
    against LibCST's own parse + codegen of the same tree.
 
-    python benchmarks/bench_splitter.py [--quick]
+Parts 1 and 2 time the process's CPU time (wall time on Windows, where it is coarse), so
+that time the system gives to other processes does not count; part 3 runs worker
+processes and times wall time.
+
+    python benchmarks/bench_splitter.py [--quick] [--repeat N] [--only steps,snapshot,compile] [--json]
+
+--only runs the named parts (the first two take seconds, compile the longest); --json prints
+one JSON object of the figures instead of the text (benchmarks/bench_versions.py reads it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import shutil
 import statistics
 import sys
@@ -60,6 +69,9 @@ PROGRAMS = textwrap.dedent(
 )
 
 STRAIGHT = 200
+# CPU time of this process: a run preempted by other work on the machine is not charged for the wait.
+# Windows counts it in clock ticks (about 16 ms), too coarse for a sample of a few milliseconds.
+CLOCK = time.perf_counter if sys.platform == "win32" else time.process_time
 PROGRAMS += "\n\n@resumable\ndef straight():\n" + "".join(f"    x{i} = yield {i}\n" for i in range(STRAIGHT))
 
 
@@ -82,31 +94,56 @@ def drive(generator, value=None) -> int:
         return steps
 
 
-def per_step(make, value, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        generator = make()
-        start = time.perf_counter()
-        steps = drive(generator, value)
-        times.append((time.perf_counter() - start) / max(steps, 1))
-    return statistics.median(times)
+def per_step(make, value) -> float:
+    generator = make()
+    start = CLOCK()
+    steps = drive(generator, value)
+    return (CLOCK() - start) / max(steps, 1)
 
 
-def bench_steps(repeat: int, n: int) -> None:
+def paired(make_native, make_compiled, value, repeat: int) -> tuple[float, float, float]:
+    """Median seconds per step of each side, and the median of their ratios over `repeat` interleaved pairs."""
+    pairs = []
+    for index in range(repeat):
+        # interleaved, and each side first in turn, so that a slow spell of the machine hits both sides alike
+        if index % 2:
+            ours = per_step(make_compiled, value)
+            base = per_step(make_native, value)
+        else:
+            base = per_step(make_native, value)
+            ours = per_step(make_compiled, value)
+        pairs.append((base, ours))
+    base_time = statistics.median(b for b, _ in pairs)
+    ours_time = statistics.median(o for _, o in pairs)
+    return base_time, ours_time, statistics.median(o / b for b, o in pairs)
+
+
+def bench_steps(repeat: int, n: int) -> dict:
+    """Median ns per step of each program, native and compiled, keyed by the program's name."""
     native, compiled = modules()
-    print("1. step cost (median ns per step)")
     rows = [
-        ("(a) counter loop", lambda m: lambda: m.counter(n), None),
-        ("(b) tool loop", lambda m: lambda: m.tool_loop(n), "an answer"),
-        (f"(c) {STRAIGHT} straight yields", lambda m: m.straight, 5),
+        ("counter", "(a) counter loop", lambda m: lambda: m.counter(n), None),
+        ("tool_loop", "(b) tool loop", lambda m: lambda: m.tool_loop(n), "an answer"),
+        ("straight", f"(c) {STRAIGHT} straight yields", lambda m: m.straight, 5),
     ]
-    for title, factory, value in rows:
-        base = per_step(factory(native), value, repeat)
-        ours = per_step(factory(compiled), value, repeat)
-        print(f"   {title:24} native {base * 1e9:7.1f}   compiled {ours * 1e9:7.1f}   ratio {ours / base:5.2f}x")
+    figures = {}
+    for name, title, factory, value in rows:
+        base, ours, ratio = paired(factory(native), factory(compiled), value, repeat)
+        figures[name] = {"title": title, "native_ns": base * 1e9, "compiled_ns": ours * 1e9, "ratio": ratio}
+    return figures
 
 
-def bench_snapshot(repeat: int) -> None:
+def print_steps(figures: dict) -> None:
+    print("1. step cost (median ns per step)")
+    for row in figures.values():
+        print(
+            f"   {row['title']:24} native {row['native_ns']:7.1f}   compiled {row['compiled_ns']:7.1f}   "
+            f"ratio {row['ratio']:5.2f}x"
+        )
+
+
+def bench_snapshot(repeat: int) -> dict:
+    """Snapshot + JSON + resume of a suspended tool vs JSON of its live data: times, sizes, ratios."""
     _, compiled = modules()
     generator = compiled.tool_loop(100)
     next(generator)
@@ -123,10 +160,10 @@ def bench_snapshot(repeat: int) -> None:
         return json.loads(json.dumps(baseline_data))
 
     def once(fn):
-        start = time.perf_counter()
+        start = CLOCK()
         for _ in range(100):
             fn()
-        return (time.perf_counter() - start) / 100
+        return (CLOCK() - start) / 100
 
     # interleaved, so that a slow spell of the machine hits both sides of a ratio alike
     pairs = [(once(ours), once(base)) for _ in range(repeat * 3)]
@@ -135,12 +172,27 @@ def bench_snapshot(repeat: int) -> None:
     ratio = statistics.median(o / b for o, b in pairs)
     ours_size = len(json.dumps(snapshot(generator), separators=(",", ":")))
     base_size = len(json.dumps(baseline_data, separators=(",", ":")))
+    return {
+        "branchc_us": ours_time * 1e6,
+        "json_us": base_time * 1e6,
+        "ratio": ratio,
+        "pairs": len(pairs),
+        "branchc_bytes": ours_size,
+        "json_bytes": base_size,
+        "size_ratio": ours_size / base_size,
+    }
+
+
+def print_snapshot(figures: dict) -> None:
     print("2. snapshot + JSON + resume of a tool holding 20 messages")
     print(
-        f"   branchc {ours_time * 1e6:7.1f} µs   json of live data {base_time * 1e6:7.1f} µs   "
-        f"ratio {ratio:5.2f}x (median of {len(pairs)} interleaved pairs)"
+        f"   branchc {figures['branchc_us']:7.1f} µs   json of live data {figures['json_us']:7.1f} µs   "
+        f"ratio {figures['ratio']:5.2f}x (median of {figures['pairs']} interleaved pairs)"
     )
-    print(f"   size    {ours_size:7d} B    json of live data {base_size:7d} B    ratio {ours_size / base_size:5.2f}x")
+    print(
+        f"   size    {figures['branchc_bytes']:7d} B    json of live data {figures['json_bytes']:7d} B    "
+        f"ratio {figures['size_ratio']:5.2f}x"
+    )
 
 
 TOOL_FILE = textwrap.dedent(
@@ -200,7 +252,8 @@ TOOL_FILE = textwrap.dedent(
 )
 
 
-def bench_compile(lines_target: int) -> None:
+def bench_compile(lines_target: int) -> dict:
+    """Lines per second of LibCST alone and of a cold build, their ratio, and a no-change rebuild's time."""
     root = Path(tempfile.mkdtemp(prefix="branchc-bench-"))
     try:
         source = root / "src"
@@ -228,22 +281,77 @@ def bench_compile(lines_target: int) -> None:
         assert not again.compiled
         libcst_time, cold = statistics.median(libcst_times), statistics.median(cold_times)
         ratio = statistics.median(lt / ct for lt, ct in zip(libcst_times, cold_times, strict=True))
-        print(f"3. compile throughput on {index} files, {lines} lines ({build_workers(len(texts))} processes)")
-        print(f"   LibCST parse + codegen {lines / libcst_time:8.0f} lines/s")
-        print(f"   branchc compile (cold) {lines / cold:8.0f} lines/s   ratio to LibCST {ratio:5.2f}")
-        print(f"   no-change rebuild      {cached:8.3f} s")
+        return {
+            "files": index,
+            "lines": lines,
+            "processes": build_workers(len(texts)),
+            "libcst_lines_per_s": lines / libcst_time,
+            "cold_lines_per_s": lines / cold,
+            "ratio_to_libcst": ratio,
+            "rebuild_s": cached,
+        }
     finally:
         shutil.rmtree(root)
+
+
+def print_compile(figures: dict) -> None:
+    print(
+        f"3. compile throughput on {figures['files']} files, {figures['lines']} lines "
+        f"({figures['processes']} processes)"
+    )
+    print(f"   LibCST parse + codegen {figures['libcst_lines_per_s']:8.0f} lines/s")
+    print(
+        f"   branchc compile (cold) {figures['cold_lines_per_s']:8.0f} lines/s   "
+        f"ratio to LibCST {figures['ratio_to_libcst']:5.2f}"
+    )
+    print(f"   no-change rebuild      {figures['rebuild_s']:8.3f} s")
+
+
+PARTS = ("steps", "snapshot", "compile")
+
+
+def parts(text: str) -> list[str]:
+    """The --only value: part names separated by commas, run in PARTS order whatever order they are given in."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(PARTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(PARTS)}, got {text!r}")
+    return [name for name in PARTS if name in names]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--repeat", type=int, help="samples per figure (default 11, 5 with --quick)")
+    parser.add_argument(
+        "--only", type=parts, default=list(PARTS), metavar="PARTS", help=f"run only these parts, of {','.join(PARTS)}"
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
-    repeat = 5 if args.quick else 11
-    bench_steps(repeat, 2_000 if args.quick else 20_000)
-    bench_snapshot(repeat)
-    bench_compile(1_000 if args.quick else 10_000)
+    repeat = args.repeat or (5 if args.quick else 11)
+    if repeat < 1:
+        parser.error("--repeat must be at least 1")
+    steps_per_run = 2_000 if args.quick else 20_000
+    benches = {
+        "steps": (lambda: bench_steps(repeat, steps_per_run), print_steps),
+        "snapshot": (lambda: bench_snapshot(repeat), print_snapshot),
+        "compile": (lambda: bench_compile(1_000 if args.quick else 10_000), print_compile),
+    }
+    figures = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "quick": args.quick,
+        "repeat": repeat,
+        "steps_per_run": steps_per_run,
+        "clock": CLOCK.__name__,
+    }
+    for name in args.only:
+        measure, show = benches[name]
+        figures[name] = measure()
+        if not args.json:
+            show(figures[name])
+    if args.json:
+        print(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":
