@@ -8,8 +8,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from _system import needs, not_installed
+
 REDIS_SERVER = shutil.which("redis-server")
-SKIP_REASON = "redis-server is not installed (Debian: apt-get install redis-server; .ci/run installs it)"
+SKIP_REASON = not_installed("redis-server", "redis-server")
+needs_redis = needs("redis-server", "redis-server")  # a mark: the test skips without redis-server
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, free_port, listening, within
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
+from _redis_support import RedisServer, needs_redis
 from mcp import Client
 
 from branchc.bridge.durable import REF_PREFIX, default_store_url, serving_store, state_dir, tool_code_hash
@@ -326,7 +326,7 @@ async def test_two_http_servers_sharing_one_sqlite_file_continue_each_others_run
     ran_once(log, 5)
 
 
-@pytest.mark.skipif(not REDIS_SERVER, reason=SKIP_REASON)
+@needs_redis
 async def test_two_http_servers_sharing_one_redis_continue_each_others_runs(cache, tmp_path):
     log = tmp_path / "log.txt"
     redis = RedisServer(tmp_path / "redis").start()

@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from _handler_support import SEED_HANDLER as DIFF_HANDLER
+from _system import needs_bubblewrap
 
 from branchc.bridge.handlers import sandbox
 from branchc.bridge.handlers.engine import (
@@ -28,13 +29,8 @@ from branchc.bridge.handlers.engine import (
 )
 from branchc.bridge.handlers.sandbox import SandboxEngine, SandboxUnavailableError, bubblewrap_available
 
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.skipif(
-        bubblewrap_available() is not None,
-        reason=f"bubblewrap cannot sandbox here: {bubblewrap_available()} (CI installs it)",
-    ),
-]
+pytestmark = pytest.mark.anyio
+needs_sandbox = needs_bubblewrap()  # the sandboxed engine's tests; the unsafe mode and the refusal run anywhere
 
 LIMITS = Limits(seconds=3.0)
 HERE = Path(__file__).resolve()
@@ -76,6 +72,7 @@ def _descendants() -> list[int]:
 # -- containment -------------------------------------------------------------------------------------------
 
 
+@needs_sandbox
 async def test_host_files_are_out_of_reach(engine):
     script = f"""
 import os
@@ -102,6 +99,7 @@ def sys_prefix() -> str:
     return sandbox._interpreter()[0]
 
 
+@needs_sandbox
 async def test_server_environment_is_invisible(engine, monkeypatch):
     secret = f"branchc-secret-{os.getpid()}-{time.time_ns()}"
     monkeypatch.setenv("BRANCHC_SANDBOX_SECRET", secret)
@@ -127,6 +125,7 @@ for pid in (os.getppid(), 1):
     assert ppid == 1 and os.getpid() not in map(int, pids)  # its own PID namespace: the server is not there
 
 
+@needs_sandbox
 async def test_writes_stay_inside_the_scratch_folder(engine, tmp_path):
     name = f"branchc-sandbox-{os.getpid()}-{time.time_ns()}"
     host_target = tmp_path / "escaped.txt"
@@ -152,6 +151,7 @@ inside, refused
     assert not Path(stdlib, name).exists()
 
 
+@needs_sandbox
 async def test_no_network_even_to_localhost(engine):
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
@@ -183,6 +183,7 @@ outcome, sorted(name for _, name in socket.if_nameindex())
         listener.close()
 
 
+@needs_sandbox
 async def test_ctypes_cannot_lift_the_limits(engine):
     script = """
 import ctypes, resource
@@ -201,6 +202,7 @@ setuid = libc.setuid(0)
     assert memory == LIMITS.memory_mb << 20
 
 
+@needs_sandbox
 async def test_fork_bomb_is_contained_and_neighbours_still_run(engine):
     bomb = "import os\nwhile True:\n    os.fork()\nNone"
     results: dict[str, object] = {}
@@ -226,6 +228,7 @@ async def test_fork_bomb_is_contained_and_neighbours_still_run(engine):
             await anyio.sleep(0.05)
 
 
+@needs_sandbox
 async def test_endless_loop_hits_the_time_limit(engine):
     started = time.monotonic()
     with pytest.raises(HandlerLimitError, match="time limit"):
@@ -233,11 +236,13 @@ async def test_endless_loop_hits_the_time_limit(engine):
     assert time.monotonic() - started < 3
 
 
+@needs_sandbox
 async def test_ten_gigabytes_hit_the_memory_limit(engine):
     with pytest.raises(HandlerLimitError, match="memory limit"):
         await run(engine, "block = bytearray(10 * 1024**3)\nlen(block)")
 
 
+@needs_sandbox
 async def test_printing_a_gigabyte_hits_the_output_cap_quickly(engine):
     started = time.monotonic()
     with pytest.raises(HandlerLimitError, match="output cap"):
@@ -247,6 +252,7 @@ async def test_printing_a_gigabyte_hits_the_output_cap_quickly(engine):
     assert time.monotonic() - started < 3
 
 
+@needs_sandbox
 async def test_a_result_that_is_not_json_data(engine):
     with pytest.raises(HandlerResultError, match="not JSON data"):
         await run(engine, "object()")
@@ -258,6 +264,7 @@ async def test_a_result_that_is_not_json_data(engine):
         await run(engine, "'x' * 2_000_000")
 
 
+@needs_sandbox
 async def test_invalid_python_names_its_line(engine):
     with pytest.raises(HandlerSyntaxError, match=r"line 3") as caught:
         await run(engine, "a = 1\nb = 2\nc = (\nd = 4")
@@ -285,6 +292,7 @@ def _diff(files: int, added: int, removed: int) -> str:
     return "\n".join(parts) + "\n"
 
 
+@needs_sandbox
 async def test_the_seed_diff_handler(engine):
     diff = _diff(20, 70, 30)
     assert 40_000 < len(diff) < 60_000
@@ -292,6 +300,7 @@ async def test_the_seed_diff_handler(engine):
     assert result == {"files_changed": 20, "insertions": 20 * 70, "deletions": 20 * 30}
 
 
+@needs_sandbox
 async def test_arguments_and_the_whole_language(engine):
     script = """
 from dataclasses import dataclass
@@ -312,6 +321,7 @@ def where(value):
     assert await run(engine, script, {"n": 21}, {"x": 5}) == ["origin", "on x at 5", "elsewhere", 42]
 
 
+@needs_sandbox
 async def test_tool_chaining_round_trip_and_bound(engine):
     calls: list[tuple[str, dict]] = []
     schemas = {
@@ -383,6 +393,7 @@ def test_without_bubblewrap_the_engine_is_refused(monkeypatch):
         bubblewrap_available.cache_clear()
 
 
+@needs_sandbox
 async def test_overhead_per_call(engine):
     """p50 per-call overhead of a trivial handler and of the diff handler on ~50 KB (target: p50 <= 150 ms)."""
     diff = _diff(20, 70, 30)

@@ -18,7 +18,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, free_port, listening, within
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
+from _redis_support import RedisServer, needs_redis
 from mcp import Client
 
 from branchc.store import open_store
@@ -112,7 +112,7 @@ async def test_concurrent_runs_alternate_between_two_replicas_on_one_sqlite_file
     await within(60, load(f"sqlite:///{tmp_path / 'runs.db'}", cache))
 
 
-@pytest.mark.skipif(REDIS_SERVER is None, reason=SKIP_REASON)
+@needs_redis
 async def test_concurrent_runs_alternate_between_two_replicas_on_one_redis(cache, tmp_path):
     redis = RedisServer(tmp_path / "redis").start()
     try:

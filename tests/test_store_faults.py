@@ -27,14 +27,13 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, free_port, listening, within
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
+from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer, needs_redis
 from mcp import Client
 from test_durable_rounds import MODERN, TOOL_FILE, answer_all, args, call, error_text, expected, final, lines
 
 from branchc.store import new_run_id, open_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
-needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason=SKIP_REASON)
 
 
 @pytest.fixture(scope="module")

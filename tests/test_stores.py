@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
+from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer, needs_redis
 
 from branchc.bridge.guided import GuidedFullError, GuidedRunTooLargeError, WaitingRun
 from branchc.bridge.waiting import StoreWaitingRuns
@@ -35,7 +35,6 @@ from branchc.store.redis import RedisStore
 from branchc.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason=SKIP_REASON)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from _system import needs, program
 
 from branchc.runtime import run_tool
 from branchc.runtime.loader import load_tool
@@ -195,12 +195,14 @@ def test_unknown_tool_or_function_names_what_the_build_has() -> None:
 # -- formats -----------------------------------------------------------------------------------
 
 
+needs_dot = needs("dot", "graphviz")  # SVG and PNG: Graphviz's dot
+
+
 def dot_program() -> str:
-    found = shutil.which("dot")
-    assert found, "Graphviz's dot is missing: install Debian's graphviz package (.ci/run does)"
-    return found
+    return program("dot", "graphviz")
 
 
+@needs_dot
 @pytest.mark.parametrize("name", ["pick_card", "book_flight", "research", "tictactoe"])
 def test_graphviz_accepts_the_dot_of_every_example(name: str) -> None:
     dot = to_dot(split_graph(load_manifest(TOOLS / f"{name}.py"), tool=name))
@@ -385,6 +387,7 @@ def branchc(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess
     )
 
 
+@needs_dot
 def test_cli_run_trace_then_graph_overlay(tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
     done = branchc(
@@ -427,12 +430,12 @@ def test_cli_graph_errors_are_one_line(tmp_path: Path) -> None:
 # -- the HTML page in a real browser -----------------------------------------------------------
 
 
+OTHER_CHROMIUMS = ("chromium-browser", "google-chrome")
+needs_chromium = needs("chromium", "chromium", also=OTHER_CHROMIUMS)
+
+
 def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise AssertionError("no Chromium: install Debian's chromium package (.ci/run does)")
+    return program("chromium", "chromium", also=OTHER_CHROMIUMS)
 
 
 def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -474,6 +477,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     return width, height, rows
 
 
+@needs_chromium
 def test_html_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     # sampled text is untrusted: this one would end or re-open a script element if it were not escaped
     sampled = "see <!--<script> & <img src=x onerror=alert(1)>"

@@ -19,7 +19,7 @@ import mcp.types as types
 import pytest
 import yaml
 from _bridge_support import KEY, Scripted, free_port, listening, stdio, within
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
+from _redis_support import RedisServer, needs_redis
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
@@ -336,9 +336,7 @@ async def test_each_workflow_has_its_guidance_as_a_prompt(era, flows):
 # -- restarts ------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(
-    params=["sqlite", pytest.param("redis", marks=pytest.mark.skipif(not REDIS_SERVER, reason=SKIP_REASON))]
-)
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
 def store_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'runs.db'}"
