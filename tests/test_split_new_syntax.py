@@ -212,25 +212,28 @@ def test_resumed_in_a_fresh_process(source: str, script: list[tuple], tmp_path: 
     assert check_in_fresh_processes(source, script, tmp_path) >= 2
 
 
+def refusal(source: str) -> str:
+    """The message of the NotSerializableError a snapshot of `gen()`, at its first yield, raises."""
+    generator = load(source, compiled=True).gen()
+    next(generator)
+    with pytest.raises(NotSerializableError) as refused:
+        snapshot(generator)
+    return str(refused.value)
+
+
 @py312
 def test_a_type_parameter_held_across_a_yield_is_refused_by_name() -> None:
     """A TypeVar belongs to the code, not to the run: held in a variable across a yield it is refused,
     naming the variable, the line and what to do instead."""
-    module = load(
+    message = refusal(
         """
 @resumable
 def gen[T]():
     kind = T
     yield 1
     return kind
-""",
-        compiled=True,
+"""
     )
-    generator = module.gen()
-    next(generator)
-    with pytest.raises(NotSerializableError) as refused:
-        snapshot(generator)
-    message = str(refused.value)
     assert "variable 'kind'" in message and ":6" in message, message
     assert "type parameter" in message and "by name after the yield" in message, message
 
@@ -239,7 +242,7 @@ def gen[T]():
 def test_an_instance_of_a_parameterized_class_is_refused_with_the_fix() -> None:
     """`Box[int](7)` keeps `Box[int]` in the instance's __orig_class__, which cannot travel: the error says
     where and how to make the instance instead."""
-    module = load(
+    message = refusal(
         """
 class Box[T]:
     @resumable
@@ -249,12 +252,6 @@ class Box[T]:
 
 def gen():
     return Box[int]().walk()
-""",
-        compiled=True,
+"""
     )
-    generator = module.gen()
-    next(generator)
-    with pytest.raises(NotSerializableError) as refused:
-        snapshot(generator)
-    message = str(refused.value)
     assert "self.__orig_class__" in message and "make it as Box(...)" in message, message
