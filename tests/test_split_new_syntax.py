@@ -13,6 +13,7 @@ Each test names the feature the interpreter must have; older interpreters skip i
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -255,3 +256,37 @@ def gen():
 """
     )
     assert "self.__orig_class__" in message and "make it as Box(...)" in message, message
+
+
+@py312
+def test_a_snapshot_that_brings_its_own_type_parameter_is_refused() -> None:
+    """The cell of a type parameter is the definition's: a snapshot that carries one (to put its own value in
+    place of T) is refused, naming the cell, before anything runs."""
+    from branchc import resume
+    from branchc.continuation.errors import SnapshotDataError
+
+    module = load(
+        """
+@resumable
+def gen[T]():
+    got = yield T.__name__
+    emit(("resumed", got))
+    return T.__name__, got
+""",
+        compiled=True,
+    )
+    ran: list = []
+    module.emit = ran.append
+    generator = module.gen()
+    assert next(generator) == "T"
+    data = json.loads(json.dumps(snapshot(generator)))
+    entry = data["graph"]["roots"]["gen"][1]
+    assert entry["free"] == {}  # T is not saved
+    entry["free"] = {"T": ["@", {"t": "cell", "v": "forged"}]}
+    with pytest.raises(SnapshotDataError, match=r"free\['T'\].*closes over no such cell"):
+        resume(data)
+    assert ran == []
+    entry["free"] = {}
+    with pytest.raises(StopIteration) as done:
+        resume(data).send("x")
+    assert done.value.value == ("T", "x") and ran == [("resumed", "x")]
