@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import functools
+import inspect
 import json
 import os
 import shlex
 import sys
+import typing
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 import typer
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -450,236 +451,61 @@ _SUFFIX_FORMATS = {
 }
 
 
-class Sampling(StrEnum):
-    client = "client"
-    provider = "provider"
-    auto = "auto"
-
-
-class HandlerEngine(StrEnum):
-    monty = "monty"
-    cpython = "cpython"
-
-
-def _handler_engine(kind: HandlerEngine, unsafe: bool) -> Any:
-    """The result-handler engine `serve --result-handlers` names; CliError when it cannot run here."""
-    if kind is HandlerEngine.monty:
-        from .bridge.handlers.monty import MontyEngine
-
-        return MontyEngine()
-    from .bridge.handlers.sandbox import SandboxEngine, bubblewrap_available
-
-    problem = bubblewrap_available()
-    if problem is not None and not unsafe:
-        raise CliError(
-            f"--handler-engine cpython runs each handler under bubblewrap, which cannot run here: {problem}. "
-            f"Install bubblewrap (Debian: apt-get install bubblewrap) or use --handler-engine monty; "
-            f"--unsafe-handlers runs them with resource limits only, in no sandbox"
+def _settings_options(model: type[BaseModel], panels: dict[str, str]) -> list[inspect.Parameter]:
+    """One option per field of `model` (`--state-ttl` for `state_ttl`), its docstring as help, None unless
+    given: what a user did not give comes from the environment (`BRANCHC_STATE_TTL`) or the default, as the
+    settings read it."""
+    options = []
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if type(None) in typing.get_args(kind):  # X | None
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
+        if typing.get_origin(kind) is Literal:
+            kind = StrEnum(name.title().replace("_", ""), {value: value for value in typing.get_args(kind)})
+        elif kind is SecretStr or typing.get_origin(kind) is list or typing.get_origin(kind) is Annotated:
+            kind = str
+        default = field.default
+        shown = str(default.value if isinstance(default, StrEnum) else default)
+        flag = f"--{name.replace('_', '-')}"
+        option = typer.Option(
+            flag,
+            help=escape(f"{field.description} [env: BRANCHC_{name.upper()}]"),
+            show_default=shown if default not in (None, False, []) else False,
+            rich_help_panel=panels.get(name),
         )
-    if problem is not None:
-        err.print(
-            f"[yellow bold]warning:[/] bubblewrap cannot run here ({escape(problem)}): result handlers run with "
-            f"resource limits only, IN NO SANDBOX (--unsafe-handlers)"
-        )
-    return SandboxEngine(unsafe=problem is not None)
+        annotation = Annotated[kind | None, option]  # type: ignore[valid-type]
+        options.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+    return options
 
 
-@app.command()
-def serve(
-    path: Annotated[Path, typer.Argument(help="Tool sources and workflows (a file or a folder), or a build folder.")],
-    http: Annotated[
-        str | None, typer.Option("--http", metavar="HOST:PORT", help="Serve streamable HTTP at /mcp instead of stdio.")
-    ] = None,
-    state_key: Annotated[
-        str | None,
-        typer.Option(
-            "--state-key",
-            envvar="BRANCHC_STATE_KEY",
-            help="Secret (32+ bytes) that seals request_state; replicas serving one client share it.",
-        ),
-    ] = None,
-    name: Annotated[str, typer.Option("--name", help="The server's name (and request_state audience).")] = "branchc",
-    sampling: Annotated[
-        Sampling,
-        typer.Option(
-            "--sampling",
-            help="Who answers samples: the MCP client, a model endpoint (provider), or the client when it can (auto).",
-        ),
-    ] = Sampling.client,
-    provider_url: Annotated[
-        str | None,
-        typer.Option("--provider-url", envvar="BRANCHC_PROVIDER_URL", help="OpenAI-compatible API base, e.g. …/v1."),
-    ] = None,
-    provider_model: Annotated[
-        str | None, typer.Option("--provider-model", envvar="BRANCHC_PROVIDER_MODEL", help="The model to ask.")
-    ] = None,
-    guided: Annotated[
-        bool,
-        typer.Option(
-            "--guided",
-            help="Let the calling model answer what the client cannot (adds the branchc_resume tool).",
-        ),
-    ] = False,
-    state_ttl: Annotated[
-        float, typer.Option("--state-ttl", min=1, help="Seconds a round's request_state stays good.")
-    ] = 600,
-    guided_ttl: Annotated[
-        float, typer.Option("--guided-ttl", min=1, help="Seconds a guided run waits for its answers.")
-    ] = 1800,
-    guided_max_runs: Annotated[
-        int, typer.Option("--guided-max-runs", min=1, help="Most guided runs waiting at once; more starts are refused.")
-    ] = 1000,
-    guided_max_mb: Annotated[
-        float, typer.Option("--guided-max-mb", min=0.001, help="Most MiB of saved state guided runs hold at once.")
-    ] = 256,
-    provider_key: Annotated[
-        str | None, typer.Option("--provider-key", envvar="BRANCHC_PROVIDER_KEY", help="Its API key, if it needs one.")
-    ] = None,
-    answer_timeout: Annotated[
-        float,
-        typer.Option(
-            "--answer-timeout",
-            min=0,
-            help="Seconds a client may take to answer a sample or a form mid-call (handshake era); 0: no limit. "
-            "A client that disconnects ends its run at once, whatever this says.",
-        ),
-    ] = 3600,
-    max_message_mb: Annotated[
-        float,
-        typer.Option(
-            "--max-message-mb",
-            min=0.001,
-            help="HTTP: most MiB in one message from a client; a bigger answer fails the request it answers.",
-        ),
-    ] = 4,
-    session_timeout: Annotated[
-        float,
-        typer.Option("--session-timeout", min=0, help="HTTP: seconds an idle session is kept; 0: until deleted."),
-    ] = 1800,
-    store_url: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            envvar="BRANCHC_STORE",
-            metavar="URL",
-            help="Where runs wait between rounds: sqlite:///runs.db, redis://HOST:PORT/0, or none (request_state "
-            "carries the whole run). Default: HTTP, runs.db in $BRANCHC_STATE_DIR (~/.local/state/branchc); "
-            "stdio, none.",
-        ),
-    ] = None,
-    executor_spec: Annotated[
-        str,
-        typer.Option(
-            "--executor",
-            envvar="BRANCHC_EXECUTOR",
-            metavar="SPEC",
-            help="Where branch steps run: inline (this process), process (a pool of this machine's cores; "
-            "process:N for N workers) or dask://HOST:PORT (a dask.distributed scheduler; pip install "
-            "'branchc[dask]'). Results and order are the same; ctx.all branches run in parallel.",
-        ),
-    ] = "inline",
-    result_handlers: Annotated[
-        bool,
-        typer.Option(
-            "--result-handlers",
-            help="Give every tool an optional result_handler parameter: a Python script run on the tool's output "
-            "in a sandbox, whose value is returned instead of the output.",
-        ),
-    ] = False,
-    handler_engine: Annotated[
-        HandlerEngine,
-        typer.Option(
-            "--handler-engine",
-            help="Where result handlers run: monty (an interpreter for a subset of Python, in worker processes) or "
-            "cpython (full Python, each handler in a bubblewrap sandbox).",
-        ),
-    ] = HandlerEngine.monty,
-    unsafe_handlers: Annotated[
-        bool,
-        typer.Option(
-            "--unsafe-handlers",
-            help="With --handler-engine cpython where bubblewrap cannot run: run handlers with resource limits "
-            "only, in no sandbox. Only for handlers you trust.",
-        ),
-    ] = False,
-) -> None:
-    """Serve the tools in PATH to MCP clients, in both protocol eras; workflows (.yaml) also as guided tools."""
-    from .bridge.durable import serving_store
-    from .bridge.handlers.wrap import add_result_handlers
-    from .bridge.loading import load_served_tools
-    from .bridge.provider import ChatCompletionsProvider
-    from .bridge.server import create_server
-    from .bridge.transport import serve_http, serve_stdio
-    from .executors import ExecutorSpecError, open_executor, parse_executor
+def _serve(path: Path, **given: Any) -> None:
+    """Serve the tools in PATH to MCP clients, in both protocol eras; workflows (.yaml) also as guided tools.
+    Every option is also an environment variable (`BRANCHC_STATE_KEY` for --state-key)."""
+    from .bridge.serving import serve
+    from .bridge.settings import ServeSettings
 
-    store = executor = engine = None
     try:
-        try:
-            spec = parse_executor(executor_spec)
-        except ExecutorSpecError as error:
-            raise CliError(f"--executor {error}") from None
-        provider = None
-        if sampling is not Sampling.client:
-            if not provider_url or not provider_model:
-                raise CliError(
-                    f"--sampling {sampling.value} needs --provider-url and --provider-model (the model endpoint)"
-                )
-            provider = ChatCompletionsProvider(provider_url, provider_model, api_key=provider_key)
-        tools = load_served_tools(path, guided=guided)
-        store = serving_store(store_url, http=http is not None)
-        try:
-            executor = open_executor(spec)
-        except ExecutorSpecError as error:
-            raise CliError(f"--executor {spec}: {error}") from None
-        server = create_server(
-            tools,
-            name=name,
-            state_key=state_key,
-            sampling=sampling,
-            provider=provider,  # type: ignore[arg-type]
-            guided=guided,
-            state_ttl=state_ttl,
-            guided_ttl=guided_ttl,
-            guided_max_runs=guided_max_runs,
-            guided_max_bytes=int(guided_max_mb * 2**20),
-            answer_timeout=answer_timeout or None,
-            store=store,
-            executor=executor,
-        )
-        if result_handlers:
-            engine = _handler_engine(handler_engine, unsafe_handlers)
-            add_result_handlers(server, engine)
-    except (BranchcError, CliError, ValueError) as error:
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        serve(path, ServeSettings.load(**{name: value for name, value in given.items() if value is not None}))
+    except (BranchcError, ValueError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
 
-    async def serving(run: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            await run(*args, **kwargs)
-        finally:
-            if engine is not None:  # its workers stop with the server
-                with anyio.CancelScope(shield=True):
-                    await engine.aclose()
 
-    try:
-        if http is None:
-            anyio.run(serving, serve_stdio, server)
-            return
-        host, _, port = http.rpartition(":")
-        if not host or not port.isdigit():
-            err.print(f"[red bold]error:[/] --http {escape(http)}: give HOST:PORT, for example 127.0.0.1:8765")
-            raise typer.Exit(2)
-        kept = f"; runs kept in {store.url}" if store is not None else "; no store (--store none)"
-        err.print(f"serving {len(tools)} tool(s) at http://{host}:{port}/mcp{escape(kept)}")
-        limits = {"max_message_size": int(max_message_mb * 2**20), "session_timeout": session_timeout or None}
-        anyio.run(functools.partial(serving, serve_http, server, host, int(port), **limits))
-    finally:
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
-        if store is not None:
-            store.close()
+def _register_serve() -> None:
+    from .bridge.settings import PANELS, ServeSettings
+
+    path = inspect.Parameter(
+        "path",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        annotation=Annotated[Path, typer.Argument(help="Tool sources and workflows (a file or a folder), or a build.")],
+    )
+    parameters = [path, *_settings_options(ServeSettings, PANELS)]
+    _serve.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    _serve.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+    app.command(name="serve")(_serve)
+
+
+_register_serve()
 
 
 # -- branchc runs: the runs a store holds (bridge/runs.py) ---------------------------------------------------

@@ -22,7 +22,7 @@ naming the size and the limit, so the run fails at its yield with that error; an
 gets a 413 whose body is a JSON-RPC error the client shows.
 
 `watch_clients(app)` is the same wrapper for an app the SDK serves itself (a mounted server's
-`mcp.streamable_http_app()`, mount.py).
+`mcp.streamable_http_app()`, mounting.py).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def write_bounded(ctx: Any, write: Any, what: str) -> None:
 def watch_clients(app: ASGIApp, max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
     """`app` (the SDK's streamable HTTP app) wrapped so a handshake-era branchc call ends when its client goes
     away, and an answer over `max_body` bytes fails the request it answers (see ClientWatch). For a server
-    branchc tools are mounted on (mount.py), served by the SDK's own HTTP app:
+    branchc tools are mounted on (mounting.py), served by the SDK's own HTTP app:
 
         app = watch_clients(mcp.streamable_http_app())
         uvicorn.run(app, host="127.0.0.1", port=8000)

@@ -46,6 +46,7 @@ from .loglevel import set_logging_level
 from .provider import ChatCompletionsProvider, SamplingMode
 from .results import describe_failure, error_result, result_of
 from .rounds import missing_capability, run_round
+from .settings import ServeSettings
 from .waiting import StoreWaitingRuns
 from .workflow_tools import WorkflowTools
 
@@ -228,27 +229,21 @@ def state_security(key: str | None, ttl: float = 600, *, warn: bool = True) -> R
 
 def create_server(
     tools: Mapping[str, Tool],
+    settings: ServeSettings | None = None,
     *,
-    name: str = "branchc",
-    state_key: str | None = None,
-    state_ttl: float = 600,
     limits: Limits | None = None,
-    sampling: SamplingMode = "client",
     provider: ChatCompletionsProvider | None = None,
-    guided: bool = False,
-    guided_ttl: float = 1800,
-    guided_max_runs: int = 1000,
-    guided_max_bytes: int = 256 * 2**20,
-    answer_timeout: float | None = None,
     store: RunStore | None = None,
     guided_store: RunStore | None = None,
     executor: Executor | None = None,
+    **given: Any,
 ) -> Server:
-    """The lowlevel SDK server for `tools`, with the request-state boundary in place. Guided mode's
-    waiting runs expire after `guided_ttl` seconds; at most `guided_max_runs` runs, holding at most
-    `guided_max_bytes` of saved state, wait at once (a new start past either is refused). In the handshake
-    era a client that has not answered a sample or an elicitation after `answer_timeout` seconds fails it
-    (the run sees the error at its yield); None waits as long as the client's connection is open.
+    """The lowlevel SDK server for `tools`, with the request-state boundary in place, as `settings` say
+    (`ServeSettings`: by default the environment's `BRANCHC_*`; keywords such as `state_key=` or `guided=`
+    override single settings). Guided mode's waiting runs expire after `guided_ttl` seconds; at most
+    `guided_max_runs` runs, holding at most `guided_max_mb` MiB of saved state, wait at once (a new start past
+    either is refused). In the handshake era a client that has not answered a sample or an elicitation after
+    `answer_timeout` seconds (0: no limit) fails it (the run sees the error at its yield).
 
     `store` (a RunStore, `stores.open_store(url)`): 2026-07-28 rounds are checkpointed there before they
     leave, `request_state` is a short run reference and each round runs exactly once (durable.py); guided
@@ -256,27 +251,30 @@ def create_server(
     rounds (request_state is the whole sealed run) and guided runs in this process's memory.
 
     `executor` (a `concurrent.futures.Executor`, `branchc.executors.open_executor(spec)`): the steps of
-    sub-branches run there, in parallel, in every era; the caller shuts it down. None: in this process."""
+    sub-branches run there, in parallel, in every era; the caller shuts it down. None: in this process.
+    `provider`: who answers samples when `sampling` is not "client" (else one is made from `provider_url`)."""
+    settings = ServeSettings.load(**given) if settings is None else settings.with_changes(**given)
+    name, state_key, state_ttl = settings.name, settings.state_key_text, settings.state_ttl
+    guided = settings.guided
+    if provider is None and settings.sampling != "client":
+        provider = settings.provider()
     runs = None
     if guided or any(workflow_of(tool) is not None for tool in tools.values()):
         held = guided_store if guided_store is not None else store
-        waiting = (
-            StoreWaitingRuns(held, guided_max_runs, guided_max_bytes)
-            if held is not None
-            else MemoryWaitingRuns(guided_max_runs, guided_max_bytes)
-        )
-        runs = GuidedRuns(guided_ttl, waiting)
+        caps = (settings.guided_max_runs, int(settings.guided_max_mb * 2**20))
+        waiting = StoreWaitingRuns(held, *caps) if held is not None else MemoryWaitingRuns(*caps)
+        runs = GuidedRuns(settings.guided_ttl, waiting)
         if held is not None:
             store_guided_runs(runs, tools)
     bridge = Bridge(
         tools,
         name=name,
         limits=limits,
-        sampling=sampling,
+        sampling=settings.sampling,
         provider=provider,
         guided=guided,
         guided_runs=runs,
-        answer_timeout=answer_timeout,
+        answer_timeout=settings.answer_timeout or None,
         store=store,
         state_ttl=state_ttl,
         executor=executor,
@@ -296,5 +294,5 @@ def create_server(
     security = state_security(state_key, state_ttl, warn=False)
     server.middleware.append(RequestStateBoundary(security, default_audience=name))
     server.bridge = bridge  # type: ignore[attr-defined]
-    server.state_key_given = bool(state_key)  # type: ignore[attr-defined]
+    server.settings = settings  # type: ignore[attr-defined]  # what serve_http reads: auth, hosts, HTTP limits
     return server

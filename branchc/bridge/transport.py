@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
 
 import uvicorn
 from mcp.server import Server
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from .connection import DEFAULT_MAX_BODY, ClientWatch
+from .auth import http_auth, transport_security
+from .connection import ClientWatch
+from .deadlines import deadline_protocol
 from .server import EPHEMERAL_KEY_WARNING
+from .settings import ServeSettings
 
 __all__ = ["serve_http", "serve_stdio"]
 
@@ -29,30 +37,55 @@ async def serve_stdio(server: Server) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(
-    server: Server,
-    host: str,
-    port: int,
-    *,
-    max_message_size: int = DEFAULT_MAX_BODY,
-    session_timeout: float | None = 1800,
-) -> None:
-    """Stateful streamable HTTP at /mcp (the handshake era's back channel needs the session's stream).
-    Warns when request_state is sealed with a key of this process only: replicas could not share rounds.
+async def serve_http(server: Server, settings: ServeSettings, token_verifier: TokenVerifier | None = None) -> None:
+    """Stateful streamable HTTP at /mcp on `settings.http` (the handshake era's back channel needs the
+    session's stream). Warns when request_state is sealed with a key of this process only: replicas could
+    not share rounds.
 
-    `ClientWatch` (connection.py) ends a call whose client went away, and fails the request an answer
-    over `max_message_size` bytes answers; a session nothing was sent on for `session_timeout` seconds
-    is closed (None: never)."""
+    Callers authenticate when `token_verifier` is given (the SDK's bearer middleware; auth.py); Host and
+    Origin are checked wherever it binds (`auth.transport_security`). `ClientWatch` (connection.py) ends a
+    call whose client went away, and fails the request an answer over `--max-message-mb` answers; a session
+    nothing was sent on for `--session-timeout` seconds is closed (0: never); a request must arrive whole
+    within `--request-timeout` seconds, and past `--max-connections` connections requests get 503. A token
+    file is read again on SIGHUP."""
     _quiet()
-    if getattr(server, "state_key_given", True) is False:
+    if settings.state_key is None:
         print(EPHEMERAL_KEY_WARNING, file=sys.stderr)
+    host, port = settings.host_port or ("127.0.0.1", 8000)
+    max_message_size = int(settings.max_message_mb * 2**20)
     sdk_app = server.streamable_http_app(
-        host=host, max_request_body_size=max_message_size, session_idle_timeout=session_timeout
+        host=host,
+        max_request_body_size=max_message_size,
+        session_idle_timeout=settings.session_timeout or None,
+        transport_security=transport_security(settings),
+        **http_auth(settings, token_verifier),
     )
     app = ClientWatch(sdk_app, max_message_size)
     # an idle connection is kept longer than clients keep theirs (httpx: 5 s), so a client never sends a request
     # on a connection this server is closing at that moment (the request would fail, not be retried)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=KEEP_ALIVE,
+        http=deadline_protocol(settings.request_timeout),  # deadlines.py: no client holds a connection for ever
+        limit_concurrency=settings.max_connections,
     )
-    await uvicorn.Server(config).serve()
+    with _reload_on_hangup(token_verifier):
+        await uvicorn.Server(config).serve()
+
+
+@contextlib.contextmanager
+def _reload_on_hangup(token_verifier: TokenVerifier | None) -> Iterator[None]:
+    """SIGHUP reads a token file again (where signals can be handled: the main thread, not Windows)."""
+    reload = getattr(token_verifier, "reload", None)
+    if reload is None or not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, lambda number, frame: reload())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)

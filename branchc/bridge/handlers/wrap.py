@@ -20,7 +20,7 @@ from mcp.server import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ...runtime.errors import format_validation_errors
-from ..mount import lowlevel_server
+from ..mounting import lowlevel_server
 from .chaining import ChainedCalls, render_wrappers
 from .engine import HandlerError, Limits, ResultEngine
 

@@ -27,7 +27,6 @@ instead of waiting for the session's idle timeout, and an answer over the body l
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Executor
@@ -45,8 +44,9 @@ from ..store.base import RunStore
 from .durable import store_guided_runs
 from .guided import RESUME_TOOL, GuidedRuns
 from .loading import ServeLoadError, load_served_tools
-from .provider import ChatCompletionsProvider, SamplingMode
+from .provider import ChatCompletionsProvider
 from .server import Bridge, state_security
+from .settings import ServeSettings
 from .waiting import StoreWaitingRuns
 from .workflow_tools import WorkflowTools
 
@@ -58,33 +58,38 @@ ToolsArg = str | Path | Tool | ModuleType | Mapping[str, Tool] | Iterable[Tool]
 def mount(
     server: Any,
     tools: ToolsArg,
+    settings: ServeSettings | None = None,
     *,
-    state_key: str | None = None,
-    state_ttl: float = 600,
     limits: Limits | None = None,
-    sampling: SamplingMode = "client",
     provider: ChatCompletionsProvider | None = None,
-    guided: bool = False,
     store: RunStore | None = None,
     executor: Executor | None = None,
+    **given: Any,
 ) -> Bridge:
     """Serve branchc `tools` from `server` (an `MCPServer` or a lowlevel `Server`) beside its own.
 
     `tools`: a path of tool sources (a file or a folder, compiled into the cache, `$BRANCHC_CACHE`) or of
     a build folder from `branchc compile`; or tools already loaded compiled (a Tool, a list or dict of
-    them, a module of a build). The options are `branchc serve`'s: `state_key` (else `$BRANCHC_STATE_KEY`)
+    them, a module of a build). `settings` are `branchc serve`'s (`ServeSettings`, by default from the
+    environment's `BRANCHC_*`; keywords such as `state_key=` or `guided=` override single ones): `state_key`
     and `state_ttl` seal the 2026-07-28 `request_state` on a lowlevel server that has no boundary yet;
-    `limits`, `sampling`, `provider` and `guided` as in `create_server`; `store` (a RunStore,
-    `branchc.store.open_store(url)`) as there too: 2026-07-28 rounds checkpointed in it (request_state a short
-    run reference, each round exactly once) and guided runs waiting in it; `executor` (a `concurrent.futures`
-    executor, `branchc.executors.open_executor(spec)`) where sub-branch steps run, as there too. Returns the
-    Bridge (its `tools`).
+    `sampling`, `guided` and the rest as in `create_server`. `limits`, `provider`, `store` (a RunStore,
+    `branchc.store.open_store(url)`: 2026-07-28 rounds checkpointed in it, request_state a short run
+    reference, each round exactly once, and guided runs waiting in it) and `executor` (where sub-branch steps
+    run) as there too. Authentication is the server's own: give your `MCPServer` `auth=` and
+    `token_verifier=` (`branchc.bridge.auth.TokenFileVerifier`, `JwtVerifier`), and runs belong to the
+    principal that started them as under `branchc serve`. Returns the Bridge (its `tools`).
     """
+    key_given = "state_key" in given or (settings is not None and settings.state_key is not None)
+    settings = ServeSettings.load(**given) if settings is None else settings.with_changes(**given)
+    state_key, state_ttl, guided = settings.state_key_text, settings.state_ttl, settings.guided
+    if provider is None and settings.sampling != "client":
+        provider = settings.provider()
     lowlevel = lowlevel_server(server)
     found = _tools(tools, guided)
     # every refusal comes before the server is touched: a failed mount leaves it as it was
     sealed = any(isinstance(layer, RequestStateBoundary) for layer in lowlevel.middleware)
-    if sealed and state_key is not None:
+    if sealed and key_given:
         raise ValueError(
             "state_key: this server seals request_state already (MCPServer does); give the key to the server "
             "instead: MCPServer(..., request_state_security=RequestStateSecurity(keys=[key]))"
@@ -104,10 +109,11 @@ def mount(
         found,
         name=lowlevel.name,
         limits=limits,
-        sampling=sampling,
+        sampling=settings.sampling,
         provider=provider,
         guided=guided,
         guided_runs=runs,
+        answer_timeout=settings.answer_timeout or None,
         store=store,
         state_ttl=state_ttl,
         executor=executor,
@@ -128,7 +134,6 @@ def mount(
     if own_schema is not None:  # without one the SDK asks tools/list, which lists ours too
         lowlevel.get_tool_input_schema = input_schema
     if not sealed:
-        state_key = state_key or os.environ.get("BRANCHC_STATE_KEY")
         if not state_key:
             print(
                 "branchc mount: no state_key= (or BRANCHC_STATE_KEY) given: request_state is sealed with a key of "

@@ -1,0 +1,105 @@
+"""`branchc serve`: the tools under a path, served as `ServeSettings` say, until the server is stopped.
+
+Everything that can be refused is refused before the server starts: the settings, the tools, the store,
+the executor, the result-handler engine, serving off loopback with no authentication. Each is one
+BranchcError whose message names the flag and the fix (the CLI prints it as one line).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..errors import BranchcError
+from .settings import ServeSettings, SettingsError
+
+__all__ = ["serve"]
+
+
+def serve(path: str | Path, settings: ServeSettings) -> None:
+    """Serve the tools and workflows under `path` over stdio, or streamable HTTP with `settings.http`."""
+    from ..executors import ExecutorSpecError, open_executor, parse_executor
+    from .auth import check_exposure, verifier
+    from .durable import serving_store
+    from .handlers.wrap import add_result_handlers
+    from .loading import load_served_tools
+    from .server import create_server
+    from .transport import serve_http, serve_stdio
+
+    try:
+        spec = parse_executor(settings.executor)
+    except ExecutorSpecError as error:
+        raise SettingsError(f"--executor {error}") from None
+    token_verifier = verifier(settings) if settings.http is not None else None
+    warning = check_exposure(settings, token_verifier)
+    tools = load_served_tools(path, guided=settings.guided)
+    store = executor = engine = None
+    try:
+        store = serving_store(settings.store, http=settings.http is not None)
+        try:
+            executor = open_executor(spec)
+        except ExecutorSpecError as error:
+            raise SettingsError(f"--executor {spec}: {error}") from None
+        server = create_server(tools, settings, store=store, executor=executor)
+        if settings.result_handlers:
+            engine = _handler_engine(settings)
+            add_result_handlers(server, engine)
+    except BaseException:
+        _close(store, executor)
+        raise
+
+    async def serving(run: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            await run(*args, **kwargs)
+        finally:
+            if engine is not None:  # its workers stop with the server
+                with anyio.CancelScope(shield=True):
+                    await engine.aclose()
+
+    try:
+        if settings.http is None:
+            anyio.run(serving, serve_stdio, server)
+            return
+        if warning is not None:
+            print(warning, file=sys.stderr)
+        kept = f"; runs kept in {store.url}" if store is not None else "; no store (--store none)"
+        who = "; anyone may call" if token_verifier is None else "; callers authenticate"
+        print(f"serving {len(tools)} tool(s) at http://{settings.http}/mcp{kept}{who}", file=sys.stderr)
+        anyio.run(functools.partial(serving, serve_http, server, settings, token_verifier))
+    finally:
+        _close(store, executor)
+
+
+def _close(store: Any, executor: Any) -> None:
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)
+    if store is not None:
+        store.close()
+
+
+def _handler_engine(settings: ServeSettings) -> Any:
+    """The result-handler engine the settings name; a BranchcError when it cannot run here."""
+    if settings.handler_engine == "monty":
+        from .handlers.monty import MontyEngine
+
+        return MontyEngine()
+    from .handlers.sandbox import SandboxEngine, bubblewrap_available
+
+    problem = bubblewrap_available()
+    if problem is not None and not settings.unsafe_handlers:
+        raise BranchcError(
+            f"--handler-engine cpython runs each handler under bubblewrap, which cannot run here: {problem}. "
+            f"Install bubblewrap (Debian: apt-get install bubblewrap) or use --handler-engine monty; "
+            f"--unsafe-handlers runs them with resource limits only, in no sandbox"
+        )
+    if problem is not None:
+        print(
+            f"warning: bubblewrap cannot run here ({problem}): result handlers run with resource limits only, "
+            f"IN NO SANDBOX (--unsafe-handlers)",
+            file=sys.stderr,
+        )
+    return SandboxEngine(unsafe=problem is not None)
