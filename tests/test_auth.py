@@ -32,13 +32,15 @@ from typing import Any
 import anyio
 import httpx2
 import jwt
+import mcp.types as types
 import pytest
-from _bridge_support import TOOLS, free_port, listening
+from _bridge_support import TOOLS, Scripted, free_port, listening
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError as McpError
 
 from branchc.bridge.auth import JwtVerifier
 from branchc.bridge.settings import ServeSettings, SettingsError
@@ -441,3 +443,48 @@ def test_past_max_connections_requests_get_503():
         while post(url).status_code != 200:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+# -- a run's request_state belongs to whoever started it --------------------------------------------------
+
+MODERN = {"mode": "2026-07-28", **Scripted({}, []).callbacks()}  # the callbacks declare the capabilities
+
+
+def modern(url: str, token: str) -> Client:
+    transport = streamable_http_client(
+        f"{url}/mcp", http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    )
+    return Client(transport, **MODERN)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("store", ["none", "sqlite"])
+async def test_another_principal_cannot_continue_a_round(tmp_path, store):
+    """Bob holding Alice's request_state gets what a forged one gets; Alice goes on with hers."""
+    path = tokens_file(tmp_path, f"alice {ALICE}\nbob {BOB}\n")
+    store_args = ["--store", "none"] if store == "none" else ["--store", f"sqlite:///{tmp_path / 'runs.db'}"]
+    arguments = {"count": 3, "analyze": False, "seed": 1}
+    env = {"BRANCHC_CACHE": str(tmp_path / "cache")}
+    with serving("--auth-tokens", str(path), "--state-key", "s" * 40, *store_args, env=env) as (url, _):
+        async with modern(url, ALICE) as alice, modern(url, BOB) as bob:
+            asked = await alice.session.call_tool("pick_card", arguments, allow_input_required=True)
+            assert isinstance(asked, types.InputRequiredResult)
+            answers = {
+                key: types.ElicitResult(action="accept", content={"card_number": 1}) for key in asked.input_requests
+            }
+            refusals = []
+            for state in (asked.request_state, "v1.forged-state-of-nobody"):
+                with pytest.raises(McpError) as refused:
+                    await bob.session.call_tool(
+                        "pick_card", arguments, input_responses=answers, request_state=state, allow_input_required=True
+                    )
+                refusals.append(str(refused.value))
+            assert refusals[0] == refusals[1] == "Invalid or expired requestState"
+            done = await alice.session.call_tool(
+                "pick_card",
+                arguments,
+                input_responses=answers,
+                request_state=asked.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(done, types.CallToolResult) and not done.is_error, done
