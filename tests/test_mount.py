@@ -1,5 +1,6 @@
-"""`branchc.bridge.mount` (mounting.py): branchc tools added to an existing SDK server (MCPServer and the lowlevel Server),
-beside its own tools, prompts and resources, in both protocol eras, with the real mcp client."""
+"""`branchc.bridge.mount` (mounting.py): branchc tools added to an existing SDK server
+(MCPServer and the lowlevel Server), beside its own tools, prompts and resources, in both
+protocol eras, with the real mcp client."""
 
 from __future__ import annotations
 
