@@ -21,9 +21,15 @@ generator is suspended inside such a block, the JSON mode must refuse the snapsh
 NotSerializableError (or another TypeError) whose message names the line of that `with`
 ("<file>:LINE" or "line LINE"); the operation then runs on the generator as it is, and the
 trace goes on. The raw mode copies values in process, so it takes them (the manager's exit
-then runs once, in the resumed copy). A snapshot of a generator that keeps a BaseException
-that is not an Exception across a yield (a GeneratorExit pending in a finally that yields
-while closing) is refused by design; the snapshot modes then go on without one at that step.
+then runs once, in the resumed copy).
+
+A generator that keeps a BaseException that is not an Exception across a yield is snapshotted
+and checked like any other where the compiler's analysis says one can be there: the exception a
+handler keeps, of a class its `except` clause names (`except GeneratorExit:`, `except
+BaseException:`, a bare `except:`), one pending in a finally that a close() at a yield in its try
+left there (GeneratorExit), or that its try raises by name. Elsewhere (a KeyboardInterrupt thrown
+into a try whose finally yields, say) a snapshot is refused by design, with a NotSerializableError
+that names what may be held there; the snapshot modes then go on without one at that step.
 """
 
 from __future__ import annotations
@@ -163,7 +169,7 @@ def _refusal_problem(generator: Any, mode: str, with_lines: tuple[int, ...]) -> 
         message = str(error)
         if any(re.search(rf"(?::|\bline )\s*{line}(?!\d)", message) for line in with_lines):
             return None, generator
-        if "is a BaseException but not an Exception" in message:
+        if BASE_EXCEPTION_REFUSED in message:
             return None, generator  # refused by design too (see the module docstring), for what it met first
         named = " or ".join(str(line) for line in with_lines)
         return ("snapshot refused without naming the with at line " + named, _exc(error)), generator
@@ -230,16 +236,24 @@ def trace(
     return out
 
 
+#: What a snapshot says when it refuses a BaseException that is not an Exception where the compiler's
+#: analysis finds nothing around the yield that can hold one (see the module docstring).
+BASE_EXCEPTION_REFUSED = "a snapshot holds one only where an except clause or a finally around the yield can hold it"
+
+
 def _reload_unless_base_exception(generator: Any, mode: str) -> Any:
     """`_reload`, except where the generator keeps a BaseException that is not an Exception across its
-    yield (a GeneratorExit pending in a finally that yields while closing, say): a snapshot refuses
-    those by design (resumed code must not raise them), so the trace goes on without one there."""
+    yield where the analysis allows none (a KeyboardInterrupt thrown into a try whose finally yields,
+    say): a snapshot refuses those by design (a resumed run must not raise what nothing could have
+    caught there), so the trace goes on without one at that step. Where the analysis allows one (a
+    GeneratorExit in `except GeneratorExit:`, or pending in a finally after a close()), the snapshot is
+    taken and the step checked like any other."""
     from branchc.continuation.errors import NotSerializableError
 
     try:
         return _reload(generator, mode)
     except NotSerializableError as error:
-        if "is a BaseException but not an Exception" not in str(error):
+        if BASE_EXCEPTION_REFUSED not in str(error):
             raise
         return generator
 

@@ -3,8 +3,10 @@
 A fresh process with only the build folder on sys.path resumes a snapshot by itself: the
 module is found through the build's manifest and imported from there. A crafted snapshot
 cannot name anything the builds do not record (no attribute chains, no imports, no eval),
-cannot swap what the resumed code calls, and cannot plant an exception that escapes
-`except Exception`; each attempt is refused with an error that names the place in the data,
+cannot swap what the resumed code calls (a kept method comes back only from an object of the class
+the code took it from, where the compiler knows it), and cannot plant an exception that escapes
+`except Exception` where nothing around the yield could have caught it; each attempt is refused
+with an error that names the place in the data,
 before anything of the program runs, and nothing new is imported.
 """
 
@@ -243,7 +245,7 @@ def test_a_spilled_callee_cannot_be_swapped(built: Path) -> None:
     assert entry["vars"][name][1]["t"] == "method" and entry["vars"][name][1]["name"] == "append"
     for swap, message in [
         ({"t": "method", "self": entry["vars"][name][1]["self"], "name": "pop"}, "binds no method 'pop'"),
-        ({"t": "method", "self": "echo hacked", "name": "append"}, "a str has no method 'append'"),
+        ({"t": "method", "self": "echo hacked", "name": "append"}, "only from a list, not from a str"),
         ({"t": "global", "name": "eval"}, "binds no global 'eval'"),
         ({"t": "ref", "ref": "os:popen"}, "os:popen is not a function a build compiled"),
         ({"t": "special", "self": ["l"], "name": "__exit__"}, "binds no special '__exit__'"),

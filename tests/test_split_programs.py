@@ -55,10 +55,6 @@ def f(*args, **kwargs):
 # the old frames hold the same objects and nothing is ever freed before the trace ends.
 LIFETIME_MODES = ("compiled",)
 
-# A GeneratorExit (or another BaseException that is not an Exception) kept across a yield, pending in a
-# finally or held by a handler, cannot travel: a resumed snapshot may only raise Exception subclasses.
-BASE_EXCEPTIONS = "a BaseException that is not an Exception is live across a yield"
-
 
 def prog(ident, source, *scripts, args=(), modes=None, nojson=None, marks=()):
     """One corpus entry: `scripts` are one or more scripts run against the same program.
@@ -1359,7 +1355,6 @@ def gen():
         [N, S(1), S(2), C, N],
         [N, S(1), S(2), T("RuntimeError", "in finally"), N],
         [N, T("ValueError"), C],
-        nojson=BASE_EXCEPTIONS,
     )
 )
 
@@ -1576,7 +1571,6 @@ def gen():
         [N, T("KeyError"), N],
         [N, C, N],
         [N, N, T("TypeError")],
-        nojson=BASE_EXCEPTIONS,
     )
 )
 
@@ -1684,7 +1678,6 @@ def gen():
         [N, N, N, N, N, N],
         [N, S("ret"), C, N],
         [N, S("ret"), N, T("ValueError")],
-        nojson=BASE_EXCEPTIONS,
     )
 )
 
@@ -3658,7 +3651,6 @@ def gen():
         [N, T0("GeneratorExit"), N],
         [N, C],
         [N, N, C],
-        nojson=BASE_EXCEPTIONS,
     )
 )
 
@@ -4026,7 +4018,6 @@ def gen():
         [N, T0("ValueError")],
         [N, ("throw", "SystemExit", 3), N],
         [N, T0("KeyboardInterrupt"), N],
-        nojson=BASE_EXCEPTIONS,
     )
 )
 

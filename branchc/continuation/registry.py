@@ -13,6 +13,8 @@ module attribute, and nothing is imported that no manifest lists.
 
 from __future__ import annotations
 
+import builtins
+import dis
 import importlib
 import importlib.util
 import json
@@ -55,7 +57,14 @@ class FunctionMeta:
     filename: str
     restorable: frozenset[str] = frozenset()
     live: dict[int, frozenset[str]] = field(default_factory=dict)
-    binds: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    #: variable -> the callables the code binds there that are no compiled code, (kind, name) -> the
+    #: kinds its owner can be (None: anything); see splitter/bindings.py
+    binds: dict[str, dict[tuple[str, str], frozenset[str] | None]] = field(default_factory=dict)
+    #: variable -> the only kinds of value it can hold (see splitter/bindings.py `value_kinds`)
+    holds: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: label -> {the kept exception of a handler, or the pending one of a finally, around that yield:
+    #: the names of the exception classes it can hold}; see splitter/lower.py
+    catches: dict[int, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
     # The cells of its type parameters (`def f[T]`, or a generic class's): the definition's, never a run's
@@ -63,16 +72,36 @@ class FunctionMeta:
 
     @cached_property
     def internals(self) -> dict[str, str]:
-        """The compiler's own variables a resume checks, by kind: it, yf, exc, pend, wx, wf, case."""
+        """The compiler's own variables a resume checks, by kind: it, yf, exc, pend, wm, wx, wf, case."""
         found = ((name, _INTERNAL.fullmatch(name)) for name in self.restorable)
         return {name: kind.group(1) for name, kind in found if kind}
+
+    @cached_property
+    def kinds(self) -> dict[Any, Any]:
+        """What `allowed(kinds)` found for each set of kinds, once."""
+        return {}
+
+    def allowed(self, kinds: frozenset[str]) -> tuple[frozenset[type], frozenset[types.CodeType]] | None:
+        """The exact types, and the codes of this function's own defs and lambdas, that a value of
+        one of these kinds can have; None when one of them is not known for sure here (a name that
+        is no class making exactly its own instances): then the value may be anything."""
+        found = self.kinds.get(kinds, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self.kinds[kinds] = _allowed(self, kinds)
+        return found
+
+    def exception_classes(self, names: tuple[str, ...]) -> tuple[type, ...] | None:
+        """The classes an except clause or a finally's analysis names (see `catches`), looked up as the
+        code looks them up, through this module's globals and the builtins (by __dict__, no hook);
+        None when one of them is not a class (or tuple of classes) of exceptions here."""
+        return _exception_classes(self.globals, names)
 
     @cached_property
     def ref(self) -> str:
         return f"{self.module}:{self.qualname}"
 
 
-_INTERNAL = re.compile(r"_bc_(it|yf|exc|pend|wx|wf|case)\d+")
+_INTERNAL = re.compile(r"_bc_(it|yf|exc|pend|wm|wx|wf|case)\d+")
 
 
 @dataclass(frozen=True)
@@ -101,10 +130,159 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
         filename=body.co_filename,
         restorable=frozenset(info["locals"]),
         live={label: frozenset(names) for label, names in info.get("live", {}).items()},
-        binds={name: frozenset(map(tuple, kinds)) for name, kinds in info.get("binds", {}).items()},
+        binds={name: _bindings(kinds) for name, kinds in info.get("binds", {}).items()},
+        holds={name: frozenset(kinds) for name, kinds in info.get("holds", {}).items()},
+        catches={label: _names(held) for label, held in info.get("catches", {}).items()},
         notes=info.get("notes", {}),
         globals=globals_,
     )
+
+
+def _bindings(kinds: list) -> dict[tuple[str, str], frozenset[str] | None]:
+    """A variable's bindings as the manifest lists them: [kind, name] or [kind, name, [owner kinds]]."""
+    return {(entry[0], entry[1]): frozenset(entry[2]) if len(entry) > 2 else None for entry in kinds}
+
+
+def _names(held: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    return {name: tuple(names) for name, names in held.items()}
+
+
+_UNKNOWN = object()
+#: The kinds of builtin values (see splitter/bindings.py), as the types a value of each has.
+BUILTIN_KINDS: dict[str, type] = {
+    "list": list,
+    "dict": dict,
+    "set": set,
+    "tuple": tuple,
+    "str": str,
+    "bytes": bytes,
+    "int": int,
+    "float": float,
+    "complex": complex,
+    "bool": bool,
+    "None": type(None),
+}
+#: Builtin classes whose call makes exactly an instance of themselves (str() may give a subclass).
+_EXACT_BUILTINS = frozenset({list, dict, set, frozenset, bytearray, tuple, bool})
+_TYPE_CALL = type.__dict__["__call__"]
+_OBJECT_NEW = object.__dict__["__new__"]
+
+
+def _own(cls: type, name: str) -> Any:
+    """`name` as the class defines or inherits it, read off the __dict__s of its MRO (no hook runs)."""
+    for klass in type.__dict__["__mro__"].__get__(cls):
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+def _by_dotted(namespace: dict[str, Any], dotted: str) -> Any:
+    """A dotted global name (`errors.Cancelled`) as the code would find it: in the module's globals,
+    else the builtins, then through __dict__ (no getattr hook, no import); _UNKNOWN if it is not there."""
+    first, *rest = dotted.split(".")
+    found = namespace.get(first, _UNKNOWN)
+    if found is _UNKNOWN:
+        found = vars(builtins).get(first, _UNKNOWN)
+    for part in rest:
+        if found is _UNKNOWN or not isinstance(found, (type, types.ModuleType)):
+            return _UNKNOWN
+        found = vars(found).get(part, _UNKNOWN)
+    return found
+
+
+def _makes_exactly(cls: Any) -> bool:
+    """Whether calling `cls` can only give an instance of exactly `cls` (or raise)."""
+    if not isinstance(cls, type):
+        return False
+    if cls in _EXACT_BUILTINS:
+        return True
+    if cls.__module__ == "builtins":
+        return False
+    return _own(type(cls), "__call__") is _TYPE_CALL and _own(cls, "__new__") is _OBJECT_NEW
+
+
+def _allowed(meta: FunctionMeta, kinds: frozenset[str]) -> tuple[frozenset[type], frozenset[types.CodeType]] | None:
+    classes: set[type] = set()
+    codes: set[types.CodeType] = set()
+    for kind in kinds:
+        if kind in BUILTIN_KINDS:
+            classes.add(BUILTIN_KINDS[kind])
+        elif kind.startswith("new:"):
+            cls = _by_dotted(meta.globals, kind[4:])
+            if not _makes_exactly(cls):
+                return None  # a function, or a class that may make something else: the value may be anything
+            classes.add(cls)
+        elif kind == "lambda" or kind.startswith("def:"):
+            codes |= _nested_functions(meta, "<lambda>" if kind == "lambda" else kind[4:])
+        else:
+            return None  # a kind this branchc does not know: no narrowing
+    return frozenset(classes), frozenset(codes)
+
+
+def _nested_functions(meta: FunctionMeta, name: str) -> set[types.CodeType]:
+    """The codes of the defs (lambdas) of that name in this function's own body."""
+    return {
+        const
+        for const in meta.body_code.co_consts
+        if type(const) is types.CodeType and _is_function_code(const) and const.co_name == name
+    }
+
+
+def stored_functions(meta: FunctionMeta) -> dict[str, frozenset[types.CodeType]]:
+    """Variable -> the defs and lambdas of this function's body that its bytecode stores straight
+    into it (`f = lambda: ...`, `def helper`): a closer look than the name, where it finds them."""
+    found = meta.kinds.get(_STORED)
+    if found is None:
+        found = meta.kinds[_STORED] = _stored(meta.body_code)
+    return found
+
+
+_STORED = object()
+_STORES = frozenset({"STORE_FAST", "STORE_DEREF", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST"})
+
+
+def _stored(code: types.CodeType) -> dict[str, frozenset[types.CodeType]]:
+    out: dict[str, set[types.CodeType]] = {}
+    instructions = list(dis.get_instructions(code))
+    for index, instruction in enumerate(instructions):
+        made = instruction.argval
+        if instruction.opname != "LOAD_CONST" or type(made) is not types.CodeType or not _is_function_code(made):
+            continue
+        at = index + 1
+        if at >= len(instructions) or instructions[at].opname != "MAKE_FUNCTION":
+            continue
+        at += 1
+        while at < len(instructions) and instructions[at].opname == "SET_FUNCTION_ATTRIBUTE":
+            at += 1
+        while at < len(instructions) and instructions[at].opname in _STORES | {"COPY"}:
+            step = instructions[at]
+            if step.opname in _STORES:
+                names = step.argval if isinstance(step.argval, tuple) else (step.argval,)
+                for name in names[:1] if step.opname == "STORE_FAST_LOAD_FAST" else names:
+                    out.setdefault(name, set()).add(made)
+            at += 1
+    return {name: frozenset(codes) for name, codes in out.items()}
+
+
+def _exception_classes(namespace: dict[str, Any], names: tuple[str, ...]) -> tuple[type, ...] | None:
+    found: list[type] = []
+    for name in names:
+        if name == "*":  # a bare `except:`
+            found.append(BaseException)
+            continue
+        value = _by_dotted(namespace, name)
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, type) and issubclass(item, BaseException):
+                found.append(item)
+            elif type(item) is tuple:
+                stack.extend(item)
+            elif isinstance(item, BaseException):  # `raise STOP`, an instance kept in a global
+                found.append(type(item))
+            else:
+                return None
+    return tuple(found)
 
 
 _BY_CODE: dict[types.CodeType, FunctionMeta] = {}
@@ -291,13 +469,16 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _split(ref: Any, what: str) -> tuple[str, str]:
-    if type(ref) is not str or ref.count(":") != 1:
-        raise SnapshotError(f"{what}: {ref!r} is not 'module:qualname'")
+    if type(ref) is not str:  # data: never its repr (a list nested 100,000 deep has none)
+        raise SnapshotError(f"{what}: expected 'module:qualname', got a {type(ref).__name__}")
+    shown = repr(ref) if len(ref) <= 200 else repr(ref[:200]) + "..."
+    if ref.count(":") != 1:
+        raise SnapshotError(f"{what}: {shown} is not 'module:qualname'")
     module, qualname = ref.split(":")
     if not module or not all(part.isidentifier() for part in module.split(".")):
-        raise SnapshotError(f"{what}: {ref!r} does not name a module")
+        raise SnapshotError(f"{what}: {shown} does not name a module")
     if not all(part.isidentifier() or part == "<locals>" for part in qualname.split(".")):
-        raise SnapshotError(f"{what}: {ref!r} does not name a function or class")
+        raise SnapshotError(f"{what}: {shown} does not name a function or class")
     return module, qualname
 
 

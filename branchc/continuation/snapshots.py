@@ -12,11 +12,45 @@ and cycles survive. The runtime's Context handle travels as `{"t": "ctx"}` and i
 re-bound on resume, never copied.
 
 What a snapshot names is checked against the builds (see registry.py): compiled functions,
-the classes a build records, value types and a fixed list of builtins. A variable that holds
-a callable the compiler saw the code bind there (a method taken from an object, a global, a
-`with` manager's `__exit__`) travels as that binding, `{"t": "method" | "special" |
-"global"}`, and is rebuilt from the object or the name: a bound method is never restored
-anywhere else, so a forged snapshot cannot swap what the resumed code calls.
+the classes a build records, value types and a fixed list of builtins. A snapshot is untrusted
+input, so what each variable may hold is checked against what the compiler recorded the code can
+put there (splitter/bindings.py, splitter/lower.py), before anything of the program runs:
+
+- A callable the compiler saw the code bind to a variable (a method taken from an object, a
+  global, a `with` manager's `__exit__`) travels as that binding, `{"t": "method" | "special" |
+  "global"}`, and is rebuilt from the object or the name: a bound method is never restored
+  anywhere else. Its method is the one the owner's class defines, read off the MRO's
+  `__dict__`s (no `__getattr__`, property or descriptor of the class runs), and where the
+  compiler knows what the owner is (`items = []`; `c = Counter()` of a global class that makes
+  exactly its own instances; the `with Manager():` of an `__exit__`), the owner is exactly of
+  that class: a forged `add = items.append` cannot become another recorded class's `append`.
+  Where the compiler cannot tell (a parameter, an attribute), the owner may be any object a
+  snapshot may hold, which is no more than forging the owner's variable itself could do.
+- A `with`'s kept `__exit__` (`_bc_wxN`) is bound to the manager kept beside it (`_bc_wmN`): the
+  very object, whose class is the one the `with` made where the compiler knows it.
+- A variable every binding of which the compiler classifies (`value_kinds`) holds only what
+  those make: exactly a builtin type for a display, literal or comprehension; an instance of
+  exactly the global class it called (where that class makes only its own instances); a def
+  or lambda of this very function, the one the bytecode stores there (registry.stored_functions;
+  its name, where the bytecode does not say). So a kept lambda cannot become a recorded class
+  (whose `__init__` would run when called) nor another function, in a variable or a cell.
+- The exception a handler keeps (`_bc_excN`) is one its `except` clause catches, and one
+  pending in a finally (`_bc_pendN`) an Exception or what can reach that finally. A
+  BaseException that is not an Exception (GeneratorExit, KeyboardInterrupt, SystemExit, a
+  class deriving from one) is taken only where the compiler's analysis allows one at that
+  yield (FunctionMeta.catches: a clause naming it, GeneratorExit pending after a close() at a
+  yield in the try, what the try raises by name), in that generator's variables (also inside
+  containers, objects and exception chains; the kept or pending one itself only of its own
+  clause's or finally's classes); one anywhere else (in a generator waiting where nothing
+  around its yield can hold that class, or outside every generator) is refused at `snapshot()`
+  and at `resume()`, so none is planted where nothing could have caught it, to escape
+  `except Exception`.
+- Decoding runs no code of the program's classes (see codec/__init__.py: no `__hash__` or
+  `__eq__` of theirs either), and data nested deeper than DecodeLimits.max_depth, or JSON text
+  deeper than the parser takes (`parse_json`), is a SnapshotDataError, never a RecursionError.
+
+What no check here can tell is data forged within those bounds (other values of the kinds a
+variable may hold, where the compiler cannot narrow them): sealing a record at rest keeps those out.
 
 Most snapshots are of one generator holding plain data (messages, counters, its loops' range
 iterators, the Context): `snapshot` and `resume` first try a short path for exactly that
@@ -28,14 +62,17 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
 import re
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from .codec import BUILTIN_TYPES, DEFAULT_LIMITS, DecodeLimits, decode, decode_plain, encode, encode_plain
+from .codec.common import _not_an_exception, _show, slot_members
 from .errors import NotSerializableError, SnapshotDataError, SnapshotError
 from .generator import free_cells, is_compiled, make_generator, release, source_location, state
 from .registry import (
@@ -49,6 +86,7 @@ from .registry import (
     nested_code,
     register_value_types,
     resolve_class,
+    stored_functions,
     travels,
 )
 
@@ -60,6 +98,7 @@ __all__ = [
     "check_version",
     "decode_graph",
     "encode_graph",
+    "parse_json",
     "resume",
     "snapshot",
 ]
@@ -100,6 +139,42 @@ def check_version(data: Any, key: str, what: str) -> None:
     else:
         problem = f"expected {what} as {{{key!r}: {VERSION}, ...}}, got no format version"
     raise SnapshotDataError(key, problem)
+
+
+# A string (to its end, or to the end of the text when it is not closed: linear, never backtracking) or a bracket.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]')
+
+
+def parse_json(text: str | bytes, what: str = "the snapshot", limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """The JSON value of a snapshot's (a saved run's, a step's) text, which is untrusted: text nested
+    deeper than Python's json parser takes here (it recurses: 100,000 levels are a RecursionError in
+    every CPython) is a SnapshotDataError naming the depth, the place and the limits, never a
+    RecursionError; what parses and nests deeper than DecodeLimits.max_depth is refused by the decoder.
+    Malformed JSON raises ValueError (json.JSONDecodeError), as json.loads does."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        pass
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "replace")
+    depth = deepest = 0
+    where = 0
+    for match in _JSON_TOKENS.finditer(text):
+        char = text[match.start()]
+        if char == "[" or char == "{":
+            depth += 1
+            if depth > deepest:
+                deepest, where = depth, match.start()
+        elif char == "]" or char == "}":
+            depth -= 1
+    line = text.count("\n", 0, where) + 1
+    column = where - text.rfind("\n", 0, where)
+    problem = (
+        f"{what} is JSON nested {deepest:,} deep (its deepest bracket at line {line} column {column}), deeper than "
+        f"Python's json parser takes within the recursion limit ({sys.getrecursionlimit():,}); a snapshot's values "
+        f"nest at most DecodeLimits.max_depth = {limits.max_depth:,} deep"
+    )
+    raise SnapshotDataError("data", problem)
 
 
 _HIDDEN = [
@@ -170,14 +245,84 @@ def _encode_binding(meta: FunctionMeta, variable: str, value: Any, child) -> lis
     if isinstance(value, _BOUND):
         owner, name = value.__self__, value.__name__
         if owner is not None and not isinstance(owner, types.ModuleType) and value == _method(owner, name):
-            if ("attr", name) in kinds:
-                return ["@", {"t": "method", "self": child(owner, (variable, "__self__", _ATTR)), "name": name}]
-            if ("special", name) in kinds:
-                return ["@", {"t": "special", "self": child(owner, (variable, "__self__", _ATTR)), "name": name}]
+            for kind, tag in (("attr", "method"), ("special", "special")):
+                if (kind, name) in kinds and _owner_problem(meta, kinds[kind, name], owner) is None:
+                    return ["@", {"t": tag, "self": child(owner, (variable, "__self__", _ATTR)), "name": name}]
     for kind, name in kinds:
         if kind == "global" and value is meta.globals.get(name, getattr(builtins, name, _NOTHING)):
             return ["@", {"t": "global", "name": name}]
     return None
+
+
+def _owner_problem(meta: FunctionMeta, owners: frozenset[str] | None, owner: Any) -> str | None:
+    """Why `owner` cannot be the object a binding took its method from, or None: where the compiler
+    knows what that object is (a list display, an instance of a global class), it is exactly of
+    that class."""
+    if owners is None:
+        return None
+    allowed = meta.allowed(owners)
+    if allowed is None or type(owner) in allowed[0]:
+        return None
+    return f"the code takes that method only from {_kinds_text(owners)}, not from {_what(owner)}"
+
+
+def _kinds_text(kinds: frozenset[str]) -> str:
+    words = []
+    for kind in sorted(kinds):
+        if kind.startswith("new:"):
+            words.append(f"an instance of {kind[4:]}")
+        elif kind.startswith("def:"):
+            words.append(f"its def {kind[4:]}")
+        elif kind == "lambda":
+            words.append("a lambda of its own")
+        else:
+            words.append(f"a {kind}")
+    return " or ".join(words)
+
+
+def _what(value: Any) -> str:
+    """A value's kind in words, read off its type (nothing of it runs)."""
+    kind = type(value)
+    if isinstance(value, type):
+        return f"the class {value.__qualname__}"
+    if kind is types.FunctionType:
+        return f"the function {value.__code__.co_qualname}"
+    return f"a {kind.__qualname__}"
+
+
+def _kind_problem(meta: FunctionMeta, variable: str, value: Any) -> str | None:
+    """Why `value` cannot be what `variable` holds, or None: a variable whose every binding the compiler
+    classified holds only what those bindings make (see splitter/bindings.py): exactly a builtin type
+    of a display or literal, an instance of the global class it called, or a def or lambda of this
+    very function, the one the code stores there (read off the bytecode) where it can tell."""
+    kinds = meta.holds.get(variable)
+    if kinds is None:
+        return None
+    allowed = _allowed_for(meta, variable, kinds)
+    if allowed is None:
+        return None
+    classes, codes = allowed
+    if type(value) in classes or (type(value) is types.FunctionType and value.__code__ in codes):
+        return None
+    return f"{meta.ref} keeps only {_kinds_text(kinds)} in {variable!r}, not {_what(value)}"
+
+
+def _allowed_for(meta: FunctionMeta, variable: str, kinds: frozenset[str]) -> Any:
+    key = ("variable", variable)
+    found = meta.kinds.get(key, _NOTHING)
+    if found is _NOTHING:
+        found = meta.allowed(kinds)
+        if found is not None and found[1]:  # defs and lambdas: the ones stored into this variable
+            stored = stored_functions(meta).get(variable, frozenset())
+            codes: set[types.CodeType] = set()
+            for kind in kinds:
+                if kind == "lambda" or kind.startswith("def:"):
+                    name = "<lambda>" if kind == "lambda" else kind[4:]
+                    named = {code for code in found[1] if code.co_name == name}
+                    codes |= (named & stored) or named
+            found = (found[0], frozenset(codes))
+        meta.kinds[key] = found
+    return found
 
 
 _NOTHING = object()
@@ -205,6 +350,9 @@ def _encode_generator(value: types.GeneratorType, child) -> dict:
             error.type_name,
             error.hint,
         ) from None
+    held = _encoding.held
+    if held is not None:  # for the check of the BaseExceptions it holds (see _check_encoded)
+        held.append((meta, status, label, values, free_cells(value), value))
     encoder = getattr(child, "__self__", None)  # the codec's encoder: it memoizes what it has met
     if encoder is not None and type(encoder.memo.get(id(value))) is int:  # met again inside itself
         raise NotSerializableError(
@@ -265,12 +413,54 @@ def _owns(kind: type) -> bool:
 _encode_extension.owns = _owns  # type: ignore[attr-defined]  # asked once per type by the codec
 
 
+class _Encoding(threading.local):
+    held: list[tuple] | None = None  # (meta, state, label, values, cells, generator) of each generator encoded
+
+
+_encoding = _Encoding()
+
+
+def _encoded(roots: dict[str, Any], extension: Any) -> dict[str, Any]:
+    """`encode` of a snapshot's roots: BaseExceptions that are not Exceptions are taken where the
+    generators holding them may hold them (see _check_placed), and refused elsewhere."""
+    found: list[BaseException] = []
+    outer, _encoding.held = _encoding.held, []
+    try:
+        graph = encode(roots, extension=extension, classes=travels, base_exceptions=found)
+        if found:
+            _check_encoded(_encoding.held, found, roots)
+    finally:
+        _encoding.held = outer
+    return graph
+
+
+def _check_encoded(held: list[tuple], found: list[BaseException], roots: Any) -> None:
+    wrong = _misplaced(held, found, roots)
+    if wrong is None:
+        return
+    entry, name, exception, names = wrong
+    kind = type(exception)
+    problem = f"{kind.__qualname__} is a BaseException but not an Exception (it would escape `except Exception`)"
+    where = "the snapshot"
+    if entry is not None:
+        meta = entry[0]
+        where = f"{meta.qualname} (waiting at {source_location(entry[5])}): {_describe(name, meta)}"
+        allowed = ", ".join(names) if names else "none"
+    else:
+        allowed = "none: it is held by no generator"
+    hint = (
+        f"{problem}; a snapshot holds one only where an except clause or a finally around the yield can hold "
+        f"it (here: {allowed}): handle it before the yield, or keep only what you need of it"
+    )
+    raise NotSerializableError(where, f"{kind.__module__}.{kind.__qualname__}", hint)
+
+
 def encode_graph(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]:
     """Several roots in one object graph; `extension(value, child, path)` is asked first about every
     value (a runner's own handles, say), and the compiled generators, cells and functions are
     written as `snapshot` writes them."""
     if extension is None:
-        return encode(roots, extension=_encode_extension, classes=travels)
+        return _encoded(roots, _encode_extension)
 
     def both(value: Any, child: Any, path: Any) -> dict | None:
         return extension(value, child, path) or _encode_extension(value, child, path)
@@ -279,7 +469,7 @@ def encode_graph(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]
     owns = getattr(extension, "owns", None)
     if owns is not None:  # the caller's extension says which types it may write: ask only about those
         both.owns = lambda kind: owns(kind) or _owns(kind)  # type: ignore[attr-defined]
-    return encode(roots, extension=both, classes=travels)
+    return _encoded(roots, both)
 
 
 def _plain_snapshot(generator: types.GeneratorType) -> dict[str, Any] | None:
@@ -308,7 +498,7 @@ def snapshot(generator: types.GeneratorType) -> dict[str, Any]:
     data = _plain_snapshot(generator)
     if data is not None:
         return data
-    return {"branchc": VERSION, "graph": encode({"gen": generator}, extension=_encode_extension, classes=travels)}
+    return {"branchc": VERSION, "graph": _encoded({"gen": generator}, _encode_extension)}
 
 
 # Child paths are chains (parent, key, format), formatted by the codec only if an error names them.
@@ -326,7 +516,7 @@ def _function(entry: dict, child, path: str, allowed: frozenset[str] | None) -> 
     meta = lookup(entry["in"], entry["hash"], allowed)
     code = nested_code(meta, entry["code"])
     if code is None:
-        raise SnapshotDataError(f"{path}.code", f"{meta.ref} has no nested function at {entry['code']!r}")
+        raise SnapshotDataError(f"{path}.code", f"{meta.ref} has no nested function at {_show(entry['code'])}")
     if type(entry["closure"]) is not list or len(entry["closure"]) != len(code.co_freevars):
         raise SnapshotDataError(f"{path}.closure", f"expected {len(code.co_freevars)} cells")
     closure = tuple(child(cell, (path, i, ".closure[{}]")) for i, cell in enumerate(entry["closure"]))
@@ -348,7 +538,7 @@ def _function(entry: dict, child, path: str, allowed: frozenset[str] | None) -> 
     if key is not None:  # a compiled nested function: registered again, as its def registered it
         table = meta.globals["_bc_META"]
         if type(key) is not str or key != code.co_qualname or key not in table["functions"]:
-            raise SnapshotDataError(f"{path}.compiled", f"{key!r} is not the compiled function at this code")
+            raise SnapshotDataError(f"{path}.compiled", f"{_show(key)} is not the compiled function at this code")
         compiled(table, key)(function)
     return function
 
@@ -401,11 +591,11 @@ def _known_kind(ref: str, allowed: frozenset[str] | None) -> Any:
 def _decode_binding(meta: FunctionMeta, variable: str, entry: dict, child, path: Any) -> Any:
     """A callable the code bound to `variable` (see `_encode_binding`), rebuilt from its object or name."""
     tag, name = entry.get("t"), entry.get("name")
-    kinds = meta.binds.get(variable, frozenset())
+    kinds = meta.binds.get(variable, {})
     where = f"{path}.vars[{variable!r}]"
     if type(name) is not str or (tag, name) not in {("method" if k == "attr" else k, n) for k, n in kinds}:
         raise SnapshotDataError(
-            where, f"{meta.ref} binds no {tag} {name!r} to {variable!r}: a snapshot may not put it there"
+            where, f"{meta.ref} binds no {tag} {_show(name)} to {variable!r}: a snapshot may not put it there"
         )
     if tag == "global":
         if set(entry) != {"t", "name"}:
@@ -417,6 +607,9 @@ def _decode_binding(meta: FunctionMeta, variable: str, entry: dict, child, path:
     if set(entry) != {"t", "self", "name"}:
         raise SnapshotDataError(where, f"a {tag} entry is {{t, self, name}}")
     owner = child(entry["self"], (path, variable, ".vars[{!r}].self"))
+    problem = _owner_problem(meta, kinds["attr" if tag == "method" else tag, name], owner)
+    if problem is not None:
+        raise SnapshotDataError(f"{where}.self", problem)
     method = _method(owner, name)
     if method is None:
         raise SnapshotDataError(where, f"a {type(owner).__name__} has no method {name!r}")
@@ -443,13 +636,13 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})  # JSON scalars decode
 _STATES = ("created", "suspended", "done")
 
 
-def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, made: list) -> types.GeneratorType:
+def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, made: _Made) -> types.GeneratorType:
     """A compiled generator entry: checked, its variables decoded; it is built once the whole graph is."""
     if entry.keys() != _GEN_FIELDS:
         raise SnapshotDataError(path, f"a generator entry has exactly the fields {sorted(_GEN_FIELDS)}")
     state, label = entry["state"], entry["label"]
-    if state not in _STATES:
-        raise SnapshotDataError(f"{path}.state", f"expected created, suspended or done, got {state!r}")
+    if type(state) is not str or state not in _STATES:
+        raise SnapshotDataError(f"{path}.state", f"expected created, suspended or done, got {_show(state)}")
     if type(entry["hash"]) is not str:
         raise SnapshotDataError(f"{path}.hash", "expected a string")
     try:
@@ -457,7 +650,7 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
     except SnapshotError as error:
         raise SnapshotError(f"{path}.{error}") from None
     if state == "suspended" and (type(label) is not int or label not in meta.sites):
-        raise SnapshotDataError(f"{path}.label", f"{meta.ref} has no suspension point {label!r}")
+        raise SnapshotDataError(f"{path}.label", f"{meta.ref} has no suspension point {_show(label)}")
     variables, cells = entry["vars"], entry["free"]
     if type(variables) is not dict:
         raise SnapshotDataError(f"{path}.vars", "expected an object of variables")
@@ -477,26 +670,47 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
             values[name] = child(value, (path, name, ".vars[{!r}]"))
     free = {name: child(value, (path, name, ".free[{!r}]")) for name, value in cells.items()} if cells else {}
     if state == "suspended":
-        _check_internals(meta, allowed_names, values, path)
+        _check_internals(meta, allowed_names, values, path, label)
+    if meta.holds:
+        _check_kinds(meta, values, path)
     if free:
         freevars = meta.body_code.co_freevars
         for name, cell in free.items():
             if name not in freevars or name in meta.type_cells or type(cell) is not types.CellType:
                 raise SnapshotDataError(f"{path}.free[{name!r}]", f"{meta.ref} closes over no such cell")
+            try:
+                problem = _kind_problem(meta, name, cell.cell_contents) if name in meta.holds else None
+            except ValueError:  # an empty cell: the variable is not bound yet
+                problem = None
+            if problem is not None:
+                raise SnapshotDataError(f"{path}.free[{name!r}]", problem)
     try:
         generator = make_generator(meta, state, label, values, free)
     except (TypeError, ValueError) as error:  # arguments a not-started generator cannot take, say
         raise SnapshotDataError(path, f"cannot restore: {type(error).__name__}: {error}") from None
     made.append(generator)
+    made.held.append((meta, state, label, values, free, path))
     return generator
+
+
+def _check_kinds(meta: FunctionMeta, values: dict[str, Any], path: str) -> None:
+    for name, value in values.items():
+        if name in meta.holds:
+            problem = _kind_problem(meta, name, value)
+            if problem is not None:
+                raise SnapshotDataError(f"{path}.vars[{name!r}]", problem)
 
 
 _COMPLETIONS = frozenset({"return", "break", "continue"})
 
 
-def _check_internals(meta: FunctionMeta, live: frozenset[str], values: dict[str, Any], path: str) -> None:
+def _check_internals(meta: FunctionMeta, live: frozenset[str], values: dict[str, Any], path: str, label: int) -> None:
     """The compiler's own variables at a suspension point are always bound, and hold what it put
-    there: a resume must not fail inside the generated code (nor raise what no program raises)."""
+    there: a resume must not fail inside the generated code (nor raise what no program raises).
+    The exception a handler keeps is one its `except` clause catches, and one pending in a finally
+    an Exception, or a BaseException the analysis finds can reach it (see `catches`); a `with`'s
+    kept __exit__ is the one of the kept manager, bound to it."""
+    catches = meta.catches.get(label, {})
     for name, kind in meta.internals.items():
         if name not in live:
             continue
@@ -504,21 +718,58 @@ def _check_internals(meta: FunctionMeta, live: frozenset[str], values: dict[str,
         if name not in values:
             raise SnapshotDataError(f"{path}.vars", f"{meta.ref} needs {_describe(name, meta)} ({name}) here")
         value = values[name]
+        problem = None
         if kind in ("it", "yf"):
             ok = any("__next__" in klass.__dict__ for klass in type(value).__mro__)
         elif kind == "exc":
-            ok = isinstance(value, Exception)
+            ok = isinstance(value, BaseException)
+            problem = _caught_problem(meta, catches.get(name), value) if ok else None
         elif kind == "pend":
-            ok = value is None or isinstance(value, Exception) or (type(value) is str and value in _COMPLETIONS)
+            ok = value is None or isinstance(value, BaseException) or (type(value) is str and value in _COMPLETIONS)
+            problem = _caught_problem(meta, catches.get(name), value, pending=True) if ok else None
         elif kind == "wf":
             ok = type(value) is bool
         elif kind == "case":
             ok = type(value) is int
-        else:  # wx: a binding, checked where it was decoded
+        elif kind == "wx":  # a binding (checked where it was decoded), of the manager kept beside it
+            ok = type(value) in _BOUND
+            manager = values.get(name.replace("_bc_wx", "_bc_wm"), _NOTHING)
+            if ok and manager is not _NOTHING and value.__self__ is not manager:
+                problem = f"{_describe(name, meta)} is not bound to the manager kept beside it ({_what(manager)})"
+        else:  # wm: what it holds is checked by its kind (see _kind_problem)
             ok = True
         if not ok:
             what = _describe(name, meta)
             raise SnapshotDataError(where, f"{what} cannot hold an object of type {type(value).__name__}")
+        if problem is not None:
+            raise SnapshotDataError(where, problem)
+
+
+def _caught_problem(meta: FunctionMeta, names: tuple[str, ...] | None, value: Any, pending: bool = False) -> str | None:
+    """Why an exception cannot be the one a handler keeps (the one pending in a finally), or None:
+    a handler keeps what its clause catches (an Exception, where the clause is not known until it
+    runs); a finally, an Exception, or a BaseException that the analysis finds can reach it."""
+    if not isinstance(value, BaseException):
+        return None
+    base = _not_an_exception(type(value)) is not None
+    if pending and not base:
+        return None
+    classes = meta.exception_classes(names) if names is not None else None
+    if classes is None:
+        if not base:
+            return None
+        what = "the finally's try" if pending else "its except clause"
+        return f"a {type(value).__qualname__} is a BaseException that is not an Exception, and {what} cannot hold one"
+    if _caught(type(value), classes):
+        return None
+    where = "can be pending in this finally" if pending else "its except clause catches"
+    return f"a {type(value).__qualname__} is not what {where} ({', '.join(names)})"
+
+
+def _caught(kind: type, classes: tuple[type, ...]) -> bool:
+    """Whether `except classes` catches an exception of this class (its MRO, read off the type: no hook)."""
+    mro = type.__dict__["__mro__"].__get__(kind)
+    return any(cls in mro for cls in classes)
 
 
 _BINDINGS = frozenset({"method", "special", "global"})
@@ -530,7 +781,8 @@ def _is_binding(value: Any) -> bool:
         and len(value) == 2
         and value[0] == "@"
         and type(value[1]) is dict
-        and value[1].get("t") in _BINDINGS
+        and type(value[1].get("t")) is str
+        and value[1]["t"] in _BINDINGS
     )
 
 
@@ -578,11 +830,13 @@ def _plain_resume(
     live = _restorable_at(meta, state, label)
     if values is None or not live.issuperset(values) or meta.body_code.co_freevars:
         return None
-    if state == "suspended":
-        try:
-            _check_internals(meta, live, values, "")
-        except SnapshotDataError:
-            return None  # the full path reports it, with the place
+    try:
+        if state == "suspended":
+            _check_internals(meta, live, values, "", label)
+        if meta.holds:
+            _check_kinds(meta, values, "")
+    except SnapshotDataError:
+        return None  # the full path reports it, with the place
     try:
         return make_generator(meta, state, label, values, {})
     except (TypeError, ValueError):
@@ -595,7 +849,7 @@ def _single_context(entry: dict, path: str, context: Any) -> Any:
     return context
 
 
-def _decode_extension(allowed: frozenset[str] | None, context, made: list) -> Any:
+def _decode_extension(allowed: frozenset[str] | None, context, made: _Made) -> Any:
     """The codec's decode extension for compiled generators, cells, nested functions, refs and
     methods; `context(entry, child, path)` restores a Context entry."""
 
@@ -617,11 +871,11 @@ def _decode_extension(allowed: frozenset[str] | None, context, made: list) -> An
             return cell
         if tag == "fn":
             return _function(entry, child, path, allowed)
-        if tag in _BINDINGS:
+        if type(tag) is str and tag in _BINDINGS:
             raise SnapshotDataError(
                 path, f"a {tag} entry may only be the value of a variable the compiled code binds it to"
             )
-        raise SnapshotDataError(f"{path}.t", f"unknown tag {tag!r}")
+        raise SnapshotDataError(f"{path}.t", f"unknown tag {_show(tag)}")
 
     return extension
 
@@ -631,11 +885,144 @@ def decode_graph(
 ) -> dict[str, Any]:
     """The roots of `encode_graph`'s graph; `context(entry, child, path)` restores each context
     entry, and `allowed`, when given, narrows the modules the data may name."""
-    made: list[types.GeneratorType] = []
+    made = _Made()
+    found: list[BaseException] = []
     with _released_on_failure(made):
-        return decode(
-            graph, classes=_resolver(allowed), extension=_decode_extension(allowed, context, made), limits=limits
+        extension = _decode_extension(allowed, context, made)
+        roots = decode(graph, classes=_resolver(allowed), extension=extension, limits=limits, base_exceptions=found)
+        if found:
+            _check_placed(made.held, found, roots)
+        return roots
+
+
+class _Made(list):
+    """The generators a decoding rebuilt, and `held`: (meta, state, label, values, cells, path) of each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple] = []
+
+
+# -- BaseExceptions that are not Exceptions --------------------------------------------------------
+#
+# A snapshot may hold one (a GeneratorExit, a KeyboardInterrupt, a SystemExit, a user's class
+# deriving from one) only where the compiler's analysis says one can be (FunctionMeta.catches):
+# as the exception a handler keeps, of a class its `except` clause names; as the one pending in a
+# finally, of a class that can reach it (GeneratorExit, when a yield lies in its try; what its
+# `raise` statements name); and, in any variable of that generator (in containers, objects and
+# exception chains too, but not inside another generator, which is checked on its own), of a class
+# one of those can hold at that yield. Every one the codec met must sit in such a place: none is
+# planted where nothing around the yield could have caught it, to escape `except Exception`.
+
+
+def _placement(meta: FunctionMeta, status: str, label: Any) -> tuple[tuple[type, ...], list[str]]:
+    """The exception classes the handlers and finally blocks around this yield can hold, and their names."""
+    if status != "suspended":
+        return (), []
+    classes: list[type] = []
+    names: list[str] = []
+    for caught in meta.catches.get(label, {}).values():
+        found = meta.exception_classes(caught)
+        if found is not None:
+            classes += found
+            names += [name for name in caught if name not in names]
+    return tuple(classes), names
+
+
+def _misplaced(held: list[tuple], found: list[BaseException], roots: Any) -> tuple | None:
+    """(the generator's entry, the variable, the exception, what may be held there) for the first
+    BaseException that is not an Exception and sits where nothing around its yield can hold it: in
+    a generator's variables, or in the roots outside any generator (its entry then None)."""
+    for exception in _base_exceptions_in(roots):
+        return None, None, exception, []
+    placed: set[int] = set()
+    for entry in held:
+        meta, status, label, values, cells = entry[:5]
+        classes, names = _placement(meta, status, label)
+        contents = dict(values)
+        for name, cell in cells.items():
+            try:
+                contents.setdefault(name, cell.cell_contents)
+            except ValueError:
+                pass  # empty: not bound yet
+        for name, value in contents.items():
+            for exception in _base_exceptions_in(value):
+                if not _caught(type(exception), classes):
+                    return entry, name, exception, names
+                placed.add(id(exception))
+    for exception in found:
+        if id(exception) not in placed:
+            return None, None, exception, []
+    return None
+
+
+def _check_placed(held: list[tuple], found: list[BaseException], roots: Any) -> None:
+    wrong = _misplaced(held, found, roots)
+    if wrong is None:
+        return
+    entry, name, exception, names = wrong
+    what = f"a {type(exception).__qualname__}, a BaseException that is not an Exception"
+    if entry is None:
+        raise SnapshotDataError(
+            "graph", f"{what}, is held where no except clause or finally around a generator's yield can hold one"
         )
+    meta, path = entry[0], entry[5]
+    allowed = ", ".join(names) if names else "none here"
+    raise SnapshotDataError(
+        f"{path}.vars[{name!r}]",
+        f"{what}: {meta.ref} holds one only where an except clause or a finally around the yield can ({allowed})",
+    )
+
+
+_LEAVES = frozenset({str, int, float, bool, bytes, bytearray, complex, type(None)})
+
+
+def _base_exceptions_in(value: Any) -> Iterator[BaseException]:
+    """The BaseExceptions that are not Exceptions a value holds: itself, in containers (keys too),
+    exception args, attributes and chains, objects' attributes and slots, cells, functions and bound
+    methods; not inside a generator (a compiled one is checked on its own), nor an iterator. Read off
+    __dict__s and slots: nothing of the program runs."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind in _LEAVES or id(item) in seen or isinstance(item, (type, types.ModuleType, types.GeneratorType)):
+            continue
+        seen.add(id(item))
+        if kind in (list, tuple, set, frozenset):
+            stack.extend(item)
+        elif kind is dict:
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, BaseException):
+            if _not_an_exception(kind) is not None:
+                yield item
+            stack += [item.args, item.__context__, item.__cause__, _EXC_DICT.__get__(item)]
+        elif kind is types.CellType:
+            try:
+                stack.append(item.cell_contents)
+            except ValueError:
+                pass
+        elif kind is types.FunctionType:
+            stack += [item.__defaults__, item.__kwdefaults__, item.__closure__, item.__dict__]
+        elif kind in _BOUND:
+            stack.append(item.__self__)
+        else:
+            try:
+                attributes = object.__getattribute__(item, "__dict__")
+            except (AttributeError, TypeError):
+                attributes = None
+            if type(attributes) is dict:
+                stack.extend(attributes.values())
+            for member in slot_members(kind).values():
+                try:
+                    stack.append(member.__get__(item, kind))
+                except AttributeError:
+                    pass
+
+
+_EXC_DICT = BaseException.__dict__["__dict__"]
 
 
 @contextmanager
@@ -675,11 +1062,14 @@ def resume(
     generator = _plain_resume(data["graph"], context, allowed, limits)
     if generator is not None:
         return generator
-    made: list[types.GeneratorType] = []
+    made = _Made()
+    found: list[BaseException] = []
     extension = _decode_extension(allowed, lambda entry, child, path: _single_context(entry, path, context), made)
     graph = data["graph"]
     with _released_on_failure(made):
-        roots = decode(graph, classes=_resolver(allowed), extension=extension, limits=limits)
+        roots = decode(graph, classes=_resolver(allowed), extension=extension, limits=limits, base_exceptions=found)
+        if found:
+            _check_placed(made.held, found, roots)
         if set(roots) != {"gen"}:
             raise SnapshotDataError("graph.roots", 'expected exactly the root "gen"')
         root = roots["gen"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..continuation.errors import SnapshotDataError, SnapshotError
 from ..continuation.generator import release_reachable
-from ..continuation.snapshots import VERSION, check_version, decode_graph, encode_graph
+from ..continuation.snapshots import VERSION, check_version, decode_graph, encode_graph, parse_json
 from .context import BranchState, Context
 from .errors import BranchcError
 from .machine import Machine
@@ -110,7 +110,9 @@ def unpack_run(packed: str, *, max_bytes: int = MAX_RUN_BYTES) -> str:
 def load_run(text: str, emit: Any = None) -> tuple[Any, Machine]:
     """(handoff, machine) from `dump_run`'s text; `emit` receives the restored machine's events."""
     try:
-        data = json.loads(text)
+        data = parse_json(text, "the saved run")
+    except SnapshotDataError as error:  # nested deeper than json parses: never a RecursionError
+        raise RunStateError(error.problem) from None
     except ValueError as error:
         raise RunStateError(f"the saved run is not JSON: {error}") from None
     try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ..continuation.relocate import RECURSION_LIMIT, deeply, gc_paused, relocated_code
-from .bindings import callable_bindings
+from .bindings import callable_bindings, cst_kinds, value_kinds
 from .cst import PREFIX, block, contains_yield, generate, index_function, reset_counts, simple, walk
 from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
@@ -32,7 +32,7 @@ from .unyielded import may_have_unyielded, unyielded_effects
 
 __all__ = ["COMPILER_VERSION", "CompiledFunction", "CompiledModule", "compile_module"]
 
-COMPILER_VERSION = "5"
+COMPILER_VERSION = "6"
 _BRANCHC_MODULES = {"branchc", "branchc.runtime", "branchc.runtime.tool"}
 _INTERNAL = {"_bc_T", "_bc_R", "_bc_L", "_bc_C", "_bc_label", "_bc_x"}
 
@@ -47,7 +47,10 @@ class CompiledFunction:
     sites: list[dict] = field(default_factory=list)
     restorable: list[str] = field(default_factory=list)
     live: dict[int, list[str]] = field(default_factory=dict)
-    binds: dict[str, list[list[str]]] = field(default_factory=dict)  # see bindings.py
+    binds: dict[str, list[list]] = field(default_factory=dict)  # see bindings.py
+    holds: dict[str, list[str]] = field(default_factory=dict)  # variable -> the kinds it can hold (bindings.py)
+    # label -> {exception variable around that yield: the exception classes it can hold, by name} (lower.py)
+    catches: dict[int, dict[str, list[str]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     type_params: list[str] = field(default_factory=list)  # free names that are type parameters (PEP 695)
     graph: StateGraph | None = None
@@ -72,6 +75,7 @@ class CompiledFunction:
                     "delegates": site["delegates"],
                     "effect": site.get("effect", {"kind": "value", "targets": []}),
                     "live": self.live.get(site["label"], []),
+                    "exceptions": self.catches.get(site["label"], {}),
                 }
                 for site in self.sites
             ],
@@ -145,12 +149,14 @@ def _compile_module(source: str, path: str) -> CompiledModule:
     if PREFIX in source:
         _reserved_names(tree, reporter)
     local_names = _original_locals(source, path)
+    rebound = _rebound_globals(tree)
     functions: list[CompiledFunction] = []
     deepest = 0  # a bound on the static blocks any compiled function nests
     replacements: list[tuple[int, int, list[str], list[int]]] = []  # first line, last line, new text, old lines
     lines = source.splitlines()
     for node, scopes in finder.outermost:
         splitter = _Splitter(finder, reporter, module, local_names, scopes, lines)
+        splitter.rebound = rebound
         kinds = [k for k in map(finder.kind, node.decorators) if k]
         try:
             if kinds and node not in finder.has_nested:  # the common case: no transform pass over the function
@@ -298,6 +304,32 @@ def _module_classes(tree: ast.Module) -> list[str]:
     return found
 
 
+def _rebound_globals(tree: ast.Module) -> frozenset[str]:
+    """Globals a name of which may not stand for one thing: bound more than once at module level (a
+    class defined twice, `try: from x import C` / `except ImportError: class C`), or declared `global`
+    in a function (that may rebind it as it runs). A call of one is not known to make that class."""
+    counts: dict[str, int] = {}
+    declared: set[str] = set()
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            counts[node.name] = counts.get(node.name, 0) + 1
+            declared.update(name for inner in ast.walk(node) if isinstance(inner, ast.Global) for name in inner.names)
+            continue
+        for child in ast.walk(node):
+            names: list[str] = []
+            if isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load):
+                names = [child.id]
+            elif isinstance(child, ast.alias):
+                names = [(child.asname or child.name).split(".")[0]]
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [child.name]  # a def inside a module-level if or try
+            for name in names:
+                counts[name] = counts.get(name, 0) + 1
+    return frozenset(name for name, count in counts.items() if count > 1) | frozenset(declared)
+
+
 def _header_line(tree: ast.Module) -> int:
     """The header goes after the module docstring and `from __future__` imports."""
     after = 0
@@ -426,6 +458,8 @@ def _meta_table(functions: list[CompiledFunction], classes: list[str]) -> dict:
                 "locals": f.restorable,
                 "live": f.live,
                 "binds": f.binds,
+                **({"holds": f.holds} if f.holds else {}),
+                **({"catches": f.catches} if f.catches else {}),
                 "notes": f.notes,
                 **({"type_params": f.type_params} if f.type_params else {}),
             }
@@ -585,6 +619,7 @@ class _Splitter(cst.CSTTransformer):
         self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # rebuilt node -> node in the source
         self.locals = original_locals
         self.lines = module.code.splitlines() if lines is None else lines
+        self.rebound: frozenset[str] = frozenset()  # globals that may not stand for one thing (_rebound_globals)
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
         result = super().on_leave(original, updated)
@@ -761,8 +796,25 @@ class _Splitter(cst.CSTTransformer):
         restorable = sorted((local_names | set(params) | hidden) - _INTERNAL - captured_names)
         compiled.restorable = restorable
         compiled.type_params = sorted(type_names)  # cells of the definition, not of a run: they never travel
-        exits = [f"_bc_wx{n}" for n in range(1, len(normalizer.withs) + 1)]
-        compiled.binds = callable_bindings(lowered, set(restorable), exits, walrus=text is None or ":=" in text)
+        unseen = local_names | free_names | set(params)
+
+        def is_global(name: str) -> bool:  # a global (or builtin) of the module, bound once, as the code finds it
+            return name not in unseen and name not in self.rebound
+
+        definition = self.reporter.positions.definition(original)
+        kinds = value_kinds(definition, is_global) if definition is not None else {}
+        holds = {name: found for name, found in kinds.items() if name in local_names or name in params}
+        exits = {}
+        for n, manager in enumerate(normalizer.managers, start=1):
+            made = cst_kinds(manager, holds, is_global)
+            exits[f"_bc_wx{n}"] = made
+            if made is not None:
+                holds[f"_bc_wm{n}"] = sorted(made)
+        compiled.holds = holds
+        compiled.binds = callable_bindings(
+            lowered, set(restorable), exits, walrus=text is None or ":=" in text, holds=holds, is_global=is_global
+        )
+        compiled.catches = _catches(lowerer.catches, unseen)
         for n, with_node in enumerate(normalizer.withs, start=1):
             with_line = reporter.where(self.origin.get(with_node, with_node))[0]
             what = f"the context manager of the `with` at line {with_line}"
@@ -777,6 +829,9 @@ class _Splitter(cst.CSTTransformer):
             names |= set(lowerer.handler_vars.get(site.label, ()))
             if site.delegates:
                 names.add(f"_bc_yf{site.label}")
+            for n in range(1, len(normalizer.withs) + 1):
+                if f"_bc_wx{n}" in names:  # a resume checks the kept __exit__ against the kept manager
+                    names.add(f"_bc_wm{n}")
             compiled.live[site.label] = sorted(names & keep)
         self.functions.append(compiled)
         called = set(_CALLED.findall(text)) if text is not None else None
@@ -815,6 +870,23 @@ class _Splitter(cst.CSTTransformer):
         cells = cst.Attribute(body_name, cst.Name("__closure__"))
         call = cst.Call(body_name, [*(cst.Arg(cst.Name(a)) for a in body_args), cst.Arg(cells)])
         return node.with_changes(body=block([*docstring, body_def, simple(cst.Return(call))]), decorators=decorators)
+
+
+def _catches(found: dict[int, dict[str, list[str] | None]], unseen: set[str]) -> dict[int, dict[str, list[str]]]:
+    """The lowerer's `catches`, with the names a resume can look up as the code does: a clause that
+    names a local or free variable (`except errors:`, a tuple built here) is known only as it runs, so its
+    variable keeps Exceptions only (as where nothing is recorded); a finally's other names stay."""
+    out: dict[int, dict[str, list[str]]] = {}
+    for label, held in sorted(found.items()):
+        for variable, names in held.items():
+            if names is None:
+                continue
+            known = [name for name in names if name == "*" or name.split(".", 1)[0] not in unseen]
+            if variable.startswith("_bc_exc") and len(known) != len(names):
+                continue
+            if known:
+                out.setdefault(label, {})[variable] = known
+    return out
 
 
 def _runtime(attribute: str) -> cst.Attribute:

@@ -18,6 +18,12 @@ The body stays a native generator, so CPython keeps its own exception rules,
   (kept in `_bc_excN`) inside the try; a `finally` that contains a yield records its
   pending completion (an exception, or 'return' / 'break' / 'continue') in
   `_bc_pendN`, so resuming into it restores that completion natively.
+- `catches` records, per label, what each of those can hold there: the classes the
+  handler's `except` clause names (`"*"` for a bare `except:`), and for a finally what the
+  analysis finds can reach it: GeneratorExit when a yield lies in its try (close() there
+  leaves it pending), the classes its `raise` statements name, and a bare `raise` in a
+  handler there re-raises what that handler's clause names. A snapshot may hold a
+  BaseException that is not an Exception only where this says one can be.
 
 In normal running `_bc_T` is 0, so each guard costs one test.
 """
@@ -29,7 +35,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .cst import assign, block, expr, if_stmt, name, paren, simple, stmt, yield_count
+from .cst import PREFIX, assign, block, expr, if_stmt, name, paren, simple, stmt, yield_count
 
 __all__ = ["Lowerer", "YieldSite", "count_yields"]
 
@@ -40,6 +46,87 @@ def count_yields(node: cst.CSTNode | list) -> int:
     if isinstance(node, list):
         return sum(map(yield_count, node))
     return yield_count(node)
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    """`a.b.C` as "a.b.C" (a chain of names), else None."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def clause_names(caught: cst.BaseExpression | None) -> list[str] | None:
+    """The names an `except` clause catches by (`"*"`: a bare except), or None when it is an
+    expression of another kind (a call, a subscript: what it gives is known only when it runs)."""
+    if caught is None:
+        return ["*"]
+    items = [element.value for element in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
+    names = [_dotted(item) for item in items]
+    return None if None in names else names  # type: ignore[return-value]
+
+
+class _Raises(cst.CSTVisitor):
+    """What a try statement's body, handlers and else can raise by name (see `pending_names`)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.handlers: list[tuple[list[str] | None, str | None]] = []  # (clause names, `as` name), inner last
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # another scope
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        names = clause_names(node.type)
+        if names is not None and any(name.startswith(PREFIX) for name in names):
+            names = []  # a `with`'s own handler (PEP 343): it re-raises what came through its body, seen there
+        alias = node.name.name.value if node.name is not None and isinstance(node.name.name, cst.Name) else None
+        self.handlers.append((names, alias))
+
+    def leave_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.handlers.pop()
+
+    def visit_Raise(self, node: cst.Raise) -> None:
+        if node.exc is None:  # re-raises what the innermost handler caught
+            if self.handlers and self.handlers[-1][0] is not None:
+                self.names.update(self.handlers[-1][0])
+            return
+        raised = node.exc.func if isinstance(node.exc, cst.Call) else node.exc
+        name = _dotted(raised)
+        if name is None:
+            return
+        for names, alias in reversed(self.handlers):
+            if alias == name:  # `except X as e: ... raise e`
+                if names is not None:
+                    self.names.update(names)
+                return
+        self.names.add(name)
+
+
+def pending_names(node: cst.Try) -> list[str]:
+    """What can be pending when the finally of this try runs, by the compiler's analysis: GeneratorExit
+    when a yield lies in its body, handlers or else (close() at that yield), and what its `raise`
+    statements name; other BaseExceptions (a KeyboardInterrupt thrown in, a SystemExit of a function
+    called) are not kept by a snapshot there."""
+    region: list[cst.CSTNode] = [*node.body.body, *node.handlers]
+    if node.orelse is not None:
+        region += list(node.orelse.body.body)
+    raises = _Raises()
+    for part in region:
+        part.visit(raises)
+    if count_yields(region):
+        raises.names.add("GeneratorExit")
+    return sorted(raises.names)
 
 
 def _int(value: int) -> cst.Integer:
@@ -85,6 +172,8 @@ class Lowerer:
         self.names: set[str] = set()  # the variables this pass introduces
         self.handler_vars: dict[int, list[str]] = {}  # label -> variables a resume there reads
         self.pending_vars: dict[int, list[str]] = {}  # label -> completion vars live there
+        # label -> {exception variable around it: the names of the classes it can hold (None: unknown)}
+        self.catches: dict[int, dict[str, list[str] | None]] = {}
 
     def new_id(self) -> int:
         self.ids += 1
@@ -264,9 +353,17 @@ class Lowerer:
         f_hi = self.label
         for label in range(h_lo, h_hi + 1):
             self.handler_vars.setdefault(label, []).append(exc)
+        label = h_lo
+        for source in node.handlers:  # what each handler's kept exception can be: what its clause names
+            count = count_yields(list(source.body.body))
+            for inside in range(label, label + count):
+                self.catches.setdefault(inside, {})[exc] = clause_names(source.type)
+            label += count
         if fin_labels:
+            pending = pending_names(node)
             for label in range(f_lo, f_hi + 1):
                 self.pending_vars.setdefault(label, []).append(pend)
+                self.catches.setdefault(label, {})[pend] = pending
                 if "return" in frame.crossing:
                     self.pending_vars[label].append("_bc_rv")
 

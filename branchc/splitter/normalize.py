@@ -141,6 +141,7 @@ class Normalizer:
         self.unsupported: list[tuple[cst.CSTNode, str, str]] = []
         self.origin: dict[cst.CSTNode, cst.CSTNode] = {}  # each yield made here -> the yield in the source
         self.withs: list[cst.With] = []  # each `with` lowered here (the n-th uses _bc_wm{n}, _bc_wx{n}, _bc_wf{n})
+        self.managers: list[cst.BaseExpression] = []  # the n-th `with`'s manager expression, as written
         self.with_origin: dict[cst.With, cst.With] = {}  # the inner `with` of several items -> the statement
 
     def temp(self) -> str:
@@ -569,6 +570,7 @@ class Normalizer:
             ]
             self.with_origin[body[0]] = written
         self.withs.append(written)
+        self.managers.append(first.item)
         n = len(self.withs)
         manager, exit_, flag = name(f"{PREFIX}wm{n}"), name(f"{PREFIX}wx{n}"), name(f"{PREFIX}wf{n}")
         pre, value = self.lift(first.item)

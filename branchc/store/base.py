@@ -160,6 +160,9 @@ class RunMeta:
             raise StoreDataError.bad_field(run_id, "meta", f"is {type(text).__name__}, not JSON text")
         try:
             data = json.loads(text)
+        except RecursionError:  # json recurses: text nested 100,000 deep is an error here, not a crash
+            problem = "is JSON nested deeper than the parser takes within Python's recursion limit"
+            raise StoreDataError.bad_field(run_id, "meta", problem) from None
         except ValueError as error:
             raise StoreDataError.bad_field(run_id, "meta", f"is not JSON ({error})") from None
         if type(data) is not dict:

@@ -30,6 +30,7 @@ from .common import (
     _SAFE_FUNCS,
     _SEQUENCES,
     DEFAULT_LIMITS,
+    KEY_HINT,
     ClassResolver,
     DecodeExtension,
     DecodeLimits,
@@ -44,6 +45,7 @@ from .common import (
     _over,
     _show,
     finalizer,
+    key_problem,
     plain_class,
     slot_members,
 )
@@ -98,6 +100,7 @@ class _Child:
 
 class _Decoder:
     __slots__ = (
+        "base",
         "built",
         "class_refs",
         "classes",
@@ -153,6 +156,7 @@ class _Decoder:
         # checked about them once: (class, field names, fields_set, values charged)
         self.models: dict[tuple[int, int, int], tuple[type, tuple[str, ...], tuple[str, ...], int]] = {}
         self.val = self.value  # one bound method, handed to handlers
+        self.base: list | None = None  # BaseExceptions that are not Exceptions met (None: they are refused)
 
     def value(self, x: Any, path: Any, slot: int | None = None) -> Any:
         """Decode one JSON value; `slot` is its table index when it is a table entry."""
@@ -330,8 +334,15 @@ class _Decoder:
         if kinds <= _SALTED:
             return
         check = keys if kinds.isdisjoint(_SALTED) else [k for k in keys if type(k) not in _SALTED]
-        if self.size and not kinds <= _FLAT_HASH:  # parts are shared only through the table
-            self.hash_work([k for k in check if type(k) not in _FLAT_HASH], path)
+        if not kinds <= _FLAT_HASH:
+            for i, k in enumerate(keys):  # no code of the program's classes runs to hash or compare them
+                if type(k) not in _FLAT_HASH:
+                    found = key_problem(k, _state)
+                    if found is not None:
+                        problem = f"hashing it runs code of its own: {found[1]}; {KEY_HINT}"
+                        raise SnapshotDataError(_fmt(where(i)), problem)
+            if self.size:  # parts are shared only through the table
+                self.hash_work([k for k in check if type(k) not in _FLAT_HASH], path)
         try:
             hashes = set(map(hash, check))
         except Exception:
@@ -810,14 +821,15 @@ def _builtin_base(cls: type) -> type:
 
 
 def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> Exception:
-    """Only Exception subclasses (see _not_an_exception). A builtin class is called with its args
+    """Only Exception subclasses (see _not_an_exception), unless the caller takes the others and
+    checks where each sits (`base_exceptions`). A builtin class is called with its args
     (checked where its C code trusts them); a user class is made by its builtin base's __new__,
     with no __new__ or __init__ of its own, its attributes going back to __dict__ as they are."""
     _shape(x, path, 7)
     cls = d.cls(x[1], (path, 1), _EXCEPTION)
-    problem = _not_an_exception(cls)
-    if problem is not None:
-        raise SnapshotDataError(_fmt((path, 1)), f"{problem}; only Exception subclasses travel")
+    not_exception = _not_an_exception(cls)
+    if not_exception is not None and d.base is None:
+        raise SnapshotDataError(_fmt((path, 1)), f"{not_exception}; only Exception subclasses travel")
     d.charge(len(_want(x[2], list, path, 2, "a list of args")), (path, 2))
     args = d.items(x[2], (path, 2), 0)
     keywords = d.fill({}, x[7], (path, 7))
@@ -842,10 +854,12 @@ def _dec_exception(d: _Decoder, x: list, path: Any, slot: int | None) -> Excepti
     published = d.late(x, slot, obj)
     if published is not obj:
         return published  # built already, inside a cycle through its args
+    if not_exception is not None:
+        d.base.append(obj)  # type: ignore[union-attr]  # the caller checks where it sits
     _EXC_DICT.__get__(obj).update(_attributes(d, cls, x[3], (path, 3)))
     for i, link in _EXC_LINKS:
         value = d.val(x[i], (path, i))
-        if isinstance(value, BaseException) and not isinstance(value, Exception):  # not from "x": see above
+        if d.base is None and isinstance(value, BaseException) and _not_an_exception(type(value)) is not None:
             raise SnapshotDataError(_fmt((path, i)), f"expected an Exception or null, got {_show(value)}")
         _call((path, i), link.__set__, obj, value)
     _EXC_SUPPRESS.__set__(obj, _want(x[6], bool, path, 6, "true or false"))
@@ -1050,10 +1064,13 @@ def decode(
     classes: ClassResolver,
     extension: DecodeExtension | None = None,
     limits: DecodeLimits = DEFAULT_LIMITS,
+    base_exceptions: list | None = None,
 ) -> dict[str, Any]:
     """Rebuild the roots from what `encode` made (after any JSON round trip); see the module docstring.
     `classes(ref)` gives the class a "module:qualname" in the data names, or raises LookupError (see
-    `from_modules`); `limits` bounds the work and memory that the data can ask for (see DecodeLimits)."""
+    `from_modules`); `limits` bounds the work and memory that the data can ask for (see DecodeLimits).
+    A BaseException that is not an Exception is refused, unless `base_exceptions` is a list: then it
+    is rebuilt and listed there, for the caller to check where it sits before anything runs."""
     if type(data) is not dict or not _GRAPH_FIELDS <= data.keys() <= _GRAPH_FIELDS | _TABLES:
         expected = '{"classes": [...], "shapes": [...], "roots": {...}, "objects": [...]} (the tables optional)'
         raise SnapshotDataError("data", f"expected {expected}, got {_show(data)}")
@@ -1066,6 +1083,7 @@ def decode(
         raise TypeError(f"limits must be a DecodeLimits, got {type(limits).__name__}")
     class_refs, shapes, count = _tables(data, limits)
     d = _Decoder(objects, classes, extension, limits, class_refs, shapes)
+    d.base = base_exceptions
     d.count = len(roots) + count
     try:
         out = {name: d.val(x, ("roots", name)) for name, x in roots.items()}

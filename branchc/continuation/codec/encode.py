@@ -31,6 +31,8 @@ from .common import (
     _SAFE_NAMES,
     _SEQ_ITERATORS,
     DEFAULT_LIMITS,
+    HASH_SAFE,
+    KEY_HINT,
     Extension,
     _dataclass_fields,
     _exception_args_problem,
@@ -43,6 +45,7 @@ from .common import (
     _type_name,
     _why_not,
     finalizer,
+    key_problem,
     plain_class,
     slot_members,
 )
@@ -141,6 +144,7 @@ class _Encoder:
 
     __slots__ = (
         "asks",
+        "base",
         "class_index",
         "class_of",
         "classes",
@@ -155,8 +159,9 @@ class _Encoder:
         "shared",
     )
 
-    def __init__(self, extension: Extension | None, optimistic: bool, classes: Any = None) -> None:
+    def __init__(self, extension: Extension | None, optimistic: bool, classes: Any = None, base: Any = None) -> None:
         self.classes = classes  # (type) -> bool: may a snapshot name this class; None: any module-level one
+        self.base = base  # a list: BaseExceptions that are not Exceptions are written and listed there; None: refused
         self.class_index: dict[str, int] = {}  # "module:qualname" -> its place in the "classes" table
         self.shape_index: dict[tuple[str, ...], int] = {}  # field names, in order -> its place in "shapes"
         self.memo: dict[int, Any] = {}  # id -> its JSON (written once, in place) or its table index
@@ -435,9 +440,13 @@ def _exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
 
 
 def _base_exception(e: _Encoder, x: BaseException, path: Any, out: list) -> None:
-    """SystemExit, KeyboardInterrupt, GeneratorExit, ...: refused (a restore refuses them too)."""
-    hint = f"{_not_an_exception(type(x))}; handle it before the yield, or keep only what you need of it"
-    raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
+    """SystemExit, KeyboardInterrupt, GeneratorExit, ...: refused (a restore refuses them too), unless
+    the caller takes them (`base_exceptions`), to check where each sits."""
+    if e.base is None:
+        hint = f"{_not_an_exception(type(x))}; handle it before the yield, or keep only what you need of it"
+        raise NotSerializableError(_fmt(path), _type_name(type(x)), hint)
+    e.base.append(x)
+    _exception(e, x, path, out)
 
 
 def _big_int(e: _Encoder, x: int, path: Any, out: list) -> None:
@@ -474,6 +483,8 @@ def _seq_iter(e: _Encoder, x: Any, path: Any, out: list) -> None:
         out[0] = "R"
     elif type(x) in _DICT_ITERATORS:
         out[0] = _DICT_ITERATORS[type(x)]
+        if out[0] != "DV":  # a restore builds a dict of the keys left
+            _check_keys(source if out[0] == "DK" else [pair[0] for pair in source], (path, "source", "<{}>"), "[{}]")
     out.append(e.enc(source, (path, "source", "<{}>")))
     # Since Python 3.12 a range iterator reduces to the range of what is left and no position (None):
     # written as position 0 of that range, which every version reads back the same.
@@ -519,12 +530,39 @@ def _range(e: _Encoder, x: range, path: Any, out: list) -> None:
         e.items(parts, path, out)
 
 
+def _check_keys(keys: Any, path: Any, where: str) -> None:
+    """Refuse keys (set items) whose hashing would run code of the program's classes: a restore
+    refuses them (see common.key_problem)."""
+    for i, k in enumerate(keys):
+        if type(k) not in HASH_SAFE:
+            found = key_problem(k, _fields)
+            if found is not None:
+                hint = f"hashing it runs code of its own: {found[1]}; {KEY_HINT}"
+                raise NotSerializableError(_fmt((path, i, where)), _type_name(found[0]), hint)
+
+
+def _fields(obj: Any) -> list:
+    """The attribute values of a dataclass or model instance, read without running its code."""
+    try:
+        values = list(object.__getattribute__(obj, "__dict__").values())
+    except AttributeError:
+        values = []
+    for member in slot_members(type(obj)).values():
+        try:
+            values.append(member.__get__(obj, type(obj)))
+        except AttributeError:
+            pass
+    return values
+
+
 def _set_items(e: _Encoder, x: Any, path: Any, out: list) -> None:
+    _check_keys(x, path, "<item {}>")
     enc = e.enc
     out += [v if type(v) in _INLINE else enc(v, (path, i, "<item {}>")) for i, v in enumerate(x)]
 
 
 def _pairs(e: _Encoder, x: dict, path: Any, out: list) -> None:
+    _check_keys(x, path, "<key {}>")
     enc = e.enc
     for i, (k, v) in enumerate(x.items()):
         out.append(k if type(k) in _INLINE else enc(k, (path, i, "<key {}>")))
@@ -583,17 +621,29 @@ def _encoder_for(t: type) -> _Enc | None:
     return handler
 
 
-def encode(roots: dict[str, Any], *, extension: Extension | None = None, classes: Any = None) -> dict:
+def encode(
+    roots: dict[str, Any],
+    *,
+    extension: Extension | None = None,
+    classes: Any = None,
+    base_exceptions: list | None = None,
+) -> dict:
     """Encode named root values as one object graph; json.dumps of the result always succeeds.
-    `classes(cls) -> bool` says which classes the data may name (by default any at module level)."""
+    `classes(cls) -> bool` says which classes the data may name (by default any at module level).
+    A BaseException that is not an Exception is refused, unless `base_exceptions` is a list: then
+    it is written, and listed there (the caller checks where each may be)."""
     try:
-        return _encode(roots, extension, optimistic=True, classes=classes)
+        return _encode(roots, extension, optimistic=True, classes=classes, base=base_exceptions)
     except _Again:
-        return _encode(roots, extension, optimistic=False, classes=classes)
+        return _encode(roots, extension, optimistic=False, classes=classes, base=base_exceptions)
 
 
-def _encode(roots: dict[str, Any], extension: Extension | None, optimistic: bool, classes: Any) -> dict:
-    e = _Encoder(extension, optimistic, classes)
+def _encode(
+    roots: dict[str, Any], extension: Extension | None, optimistic: bool, classes: Any, base: Any = None
+) -> dict:
+    if base is not None:
+        base.clear()  # a second pass meets them again
+    e = _Encoder(extension, optimistic, classes, base)
     out = {}
     try:
         for name, value in roots.items():
