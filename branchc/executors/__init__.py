@@ -10,8 +10,18 @@
   path as the server. A worker that dies mid-step gets its task rerun by the scheduler, or the
   step fails with KilledWorker and the machine tries it once more.
 
-Each step travels as snapshot text (runtime/steps.py), so any `concurrent.futures.Executor` works;
+Each step travels as snapshot data (runtime/steps.py), so any `concurrent.futures.Executor` works;
 these are the ones with a name for errors and a `shutdown` that closes everything they opened.
+
+Each one makes a step key (`key=`: derived from the key given, the state key say, else random) and
+gives it to its workers as they start: the pool through its initializer (only the server and its
+child processes see it), dask through a worker plugin, which the scheduler keeps to set up workers
+that join later. So a dask cluster is trusted infrastructure: its scheduler holds the step key,
+whoever can submit tasks to it runs code on its workers anyway, and its members exchange pickles with
+the server; secure it (TLS with certificates, `distributed.comm.require-encryption`, its own
+network). Every request and outcome is MACed under the step key and bound to its step; an outcome is
+decoded by the snapshot rules and its effect checked before the server acts on it (runtime/steps.py).
+Another executor gets a key of its own inside each task.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import re
+import secrets
 import threading
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -27,7 +38,7 @@ from typing import Any, Literal
 
 from ..errors import BranchcError
 from ..extras import missing_extra
-from ..runtime.steps import StepElsewhereError
+from ..runtime.steps import StepElsewhereError, StepRefusedError, install_key, key_id, step_key
 
 __all__ = [
     "DaskExecutor",
@@ -35,6 +46,7 @@ __all__ = [
     "ExecutorSpecError",
     "ProcessPool",
     "StepElsewhereError",
+    "StepRefusedError",
     "open_executor",
     "parse_executor",
 ]
@@ -83,16 +95,19 @@ def parse_executor(spec: str | None) -> ExecutorSpec:
     raise ExecutorSpecError(f"{text!r} is not an executor; use {USAGE}")
 
 
-def open_executor(spec: str | ExecutorSpec | None, *, timeout: float = 10) -> cf.Executor | None:
+def open_executor(
+    spec: str | ExecutorSpec | None, *, timeout: float = 10, key: bytes | None = None
+) -> cf.Executor | None:
     """The executor `spec` names, ready (None for inline); shut it down when done. A dask scheduler that
     does not answer within `timeout` seconds is an ExecutorSpecError naming it; dask:// without the
-    distributed package is a MissingExtraError (`pip install 'branchc[dask]'`)."""
+    distributed package is a MissingExtraError (`pip install 'branchc[dask]'`). `key` (at least 16
+    bytes, the state key say): the step key is derived from it (runtime.steps.step_key); else random."""
     parsed = spec if isinstance(spec, ExecutorSpec) else parse_executor(spec)
     if parsed.kind == "inline":
         return None
     if parsed.kind == "process":
-        return ProcessPool(parsed.workers)
-    return DaskExecutor(parsed.address, timeout=timeout)  # type: ignore[arg-type]
+        return ProcessPool(parsed.workers, key=key)
+    return DaskExecutor(parsed.address, timeout=timeout, key=key)  # type: ignore[arg-type]
 
 
 def _start_method() -> Any:
@@ -108,9 +123,13 @@ def _start_method() -> Any:
 class ProcessPool(cf.Executor):
     """A process pool that outlives its workers: once a worker dies (killed, out of memory) a
     `ProcessPoolExecutor` is broken for good, so the next submission starts a fresh one. The steps that
-    were in flight fail with BrokenProcessPool, and the run machine resubmits them (here, to the new pool)."""
+    were in flight fail with BrokenProcessPool, and the run machine resubmits them (here, to the new pool).
+    Each worker gets the pool's step key (derived from `key`, else random) from the pool's initializer."""
 
-    def __init__(self, max_workers: int | None = None, mp_context: Any = None) -> None:
+    workers_hold_key = True
+
+    def __init__(self, max_workers: int | None = None, mp_context: Any = None, *, key: bytes | None = None) -> None:
+        self.step_key = step_key(key)
         self.max_workers = max_workers or os.cpu_count() or 1
         self._context = mp_context or _start_method()
         self._lock = threading.Lock()
@@ -119,7 +138,9 @@ class ProcessPool(cf.Executor):
         self.name = f"a process pool ({self.max_workers} workers)"
 
     def _new(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(self.max_workers, mp_context=self._context)
+        return cf.ProcessPoolExecutor(
+            self.max_workers, mp_context=self._context, initializer=install_key, initargs=(self.step_key,)
+        )
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future:
         with self._lock:
@@ -139,11 +160,18 @@ class ProcessPool(cf.Executor):
 class DaskExecutor(cf.Executor):
     """The workers of a dask.distributed scheduler as a `concurrent.futures` executor. Every submission is
     a new task (never merged with an equal one, so a retried step runs again); `shutdown` also closes the
-    client when this executor opened it. `scheduler`: an address (tcp://HOST:PORT) or a `distributed.Client`."""
+    client when this executor opened it. `scheduler`: an address (tcp://HOST:PORT) or a `distributed.Client`.
+    The step key (derived from `key`, else random) reaches every worker, present and future, through a
+    worker plugin registered with the scheduler (which therefore holds it too); `shutdown` takes it back."""
 
-    def __init__(self, scheduler: Any, *, timeout: float = 10) -> None:
+    workers_hold_key = True
+
+    def __init__(self, scheduler: Any, *, timeout: float = 10, key: bytes | None = None) -> None:
+        self.step_key = step_key(key)
         try:
             import distributed
+
+            from ._dask import StepKeyPlugin
         except ImportError as error:
             raise missing_extra("dask", error) from None
         self._owned = not isinstance(scheduler, distributed.Client)
@@ -158,6 +186,13 @@ class DaskExecutor(cf.Executor):
         else:
             client = scheduler
         self.client = client
+        self._plugin = f"branchc-step-key-{key_id(self.step_key)}-{secrets.token_hex(4)}"  # one per executor
+        try:
+            client.register_plugin(StepKeyPlugin(self.step_key), name=self._plugin)
+        except BaseException:
+            if self._owned:
+                client.close()
+            raise
         self._executor = client.get_executor(pure=False)
         self.name = f"the dask scheduler at {client.scheduler.address}"
 
@@ -166,5 +201,9 @@ class DaskExecutor(cf.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._executor.shutdown(wait=wait and not cancel_futures)
+        try:
+            self.client.unregister_worker_plugin(self._plugin)  # the workers and the scheduler let go of the key
+        except Exception:  # a client or cluster already gone holds no key to take back
+            pass
         if self._owned:
             self.client.close()

@@ -18,7 +18,9 @@ parallel, each as a snapshot there and back (steps.py); the outcomes are applied
 in the same queue order as without one, so results, requests, logs and their order are the same.
 A step's outcome is adopted only in its turn: a branch halted before its turn (a sibling failed)
 is halted from its original generator, its step's outcome dropped, as if it never ran. Values
-that several branches share travel as copies, as across any processes.
+that several branches share travel as copies, as across any processes. An outcome is untrusted
+input: it is acted on only once its MAC verifies for its step, its data decodes by the snapshot
+rules and its effect is rebuilt as compiled code makes it (steps.py, outcomes.py).
 
 Errors the runtime produces for a branch (limits, bad answers) are thrown into its generator
 at its yield, as an `await` would raise them. When one slot of a group fails, its siblings are
@@ -223,7 +225,7 @@ class Machine:
         while self.ready:
             batch = list(self.ready)
             self.ready.clear()
-            shipment = steps.Shipment(self.executor, self.tool)
+            shipment = steps.Shipment(self.executor, self.tool, self.call_id)
             left = 0
             try:
                 for ident, ok, value in batch:
@@ -237,26 +239,27 @@ class Machine:
                     elif ident not in shipment:
                         self._step(ident, ok, value)
                     else:
-                        left = index  # not stepped: taking its outcome failed
-                        answer = shipment.take(ident)
+                        left = index  # not stepped: taking its outcome failed, or it was refused
+                        branch = self.branches[ident]
+                        taken = shipment.take(ident, branch.state, branch.generator)
                         left = index + 1
-                        self._adopt(ident, ok, value, answer)
+                        self._adopt(ident, ok, value, taken)
             except BaseException:
                 self.ready.extendleft(reversed(batch[left:]))
                 raise
             finally:
                 shipment.close()
 
-    def _adopt(self, ident: str, ok: bool, value: Any, answer: dict[str, Any]) -> None:
-        """Apply a step that ran elsewhere, as _step would have stepped it here: its generator replaces
-        the original, which is released (its run goes on from the copy, so no finally block runs twice)."""
-        branch = self.branches[ident]
-        original = branch.generator
-        try:
-            generator, kind, out = steps.outcome(answer, branch.state, original)
-        except steps.Here:
+    def _adopt(self, ident: str, ok: bool, value: Any, taken: tuple[Any, str, Any] | None) -> None:
+        """Apply a step that ran elsewhere (its checked outcome, steps.py), as _step would have stepped it
+        here: its generator replaces the original, which is released (its run goes on from the copy, so
+        no finally block runs twice). None: the step could not travel back, and is stepped here."""
+        if taken is None:
             self._step(ident, ok, value)
             return
+        branch = self.branches[ident]
+        original = branch.generator
+        generator, kind, out = taken
         branch.generator = generator
         release(original)
         if kind == "return":
