@@ -184,6 +184,7 @@ def test_every_module_imports_without_the_extras_but_the_backends_that_need_them
     found = json.loads(done.stdout)
     assert found["refused"] == {
         "branchc.bridge.handlers.monty": ["handlers", MESSAGES["handlers"]],
+        "branchc.executors._dask": ["dask", MESSAGES["dask"]],
         "branchc.store.redis": ["redis", MESSAGES["redis"]],
     }
     assert found["loaded"] == []
@@ -228,6 +229,7 @@ async def test_a_compiled_build_is_served_without_the_extras(mode, env, tmp_path
 CORE = {
     "annotated_types": "annotated-types",
     "anyio": "anyio",
+    "cryptography": "cryptography",
     "graphviz": "graphviz",
     "h11": "h11",
     "httpx2": "httpx2",

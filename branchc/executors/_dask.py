@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from distributed.diagnostics.plugin import WorkerPlugin
-
+from ..extras import missing_extra
 from ..runtime.steps import install_key, uninstall_key
+
+try:
+    from distributed.diagnostics.plugin import WorkerPlugin
+except ImportError as error:
+    raise missing_extra("dask", error) from None
 
 
 class StepKeyPlugin(WorkerPlugin):
