@@ -11,8 +11,13 @@
    then sealed by the SDK) and the server's time per round, against a replaying handler (the approach
    of the SDK's resolvers and of replay engines: the state records every answer so far, and
    each round runs the flow again from the start, feeding them back).
+4. The latency auth adds per call: a trivial tool call (no request to the client, nothing suspended) over
+   streamable HTTP with the SDK's client, against `branchc serve --http` started without auth (the
+   baseline), with `--auth-tokens FILE` (PRINCIPAL TOKEN lines; the client sends `Authorization: Bearer
+   TOKEN`), and with `--auth-jwks FILE --auth-issuer --auth-audience` (an RS256 JWT of a local JWKS
+   file). All three serve at once; each round measures them in turn, in a rotating order, in both eras.
 
-    python benchmarks/bench_bridge.py [--quick]
+    python benchmarks/bench_bridge.py [--quick] [--only auth]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -28,14 +34,20 @@ import sys
 import tempfile
 import textwrap
 import time
+import urllib.error
+import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import jwt
 import mcp.types as types
+from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -282,16 +294,142 @@ def bench_rounds(folder: Path, sizes: list[int]) -> None:
         )
 
 
+# -- the latency of auth ---------------------------------------------------------------------------------
+
+PING = textwrap.dedent(
+    """
+    from branchc import Context, tool
+
+
+    @tool
+    def ping(ctx: Context, n: int = 0):
+        \"\"\"Answer at once: no request to the client, nothing to suspend.\"\"\"
+        if n < 0:
+            yield ctx.log("info", "never reached")
+        return {"pong": n}
+    """
+)
+ISSUER = "https://issuer.example.test"
+AUDIENCE = "https://tools.example.test/mcp"
+
+
+def auth_setups(folder: Path) -> dict[str, tuple[list[str], str | None]]:
+    """name -> (the serve flags, the bearer token the client sends): none, a token file, a JWKS file."""
+    token = secrets.token_urlsafe(32)
+    tokens = folder / "tokens"
+    tokens.write_text(f"bench {token}\n")
+    tokens.chmod(0o600)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (folder / "jwks.json").write_text(json.dumps({"keys": [{**public, "kid": "k0", "alg": "RS256", "use": "sig"}]}))
+    now = int(time.time())
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "bench", "exp": now + 3600, "nbf": now - 5}
+    signed = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k0"})
+    jwt_flags = ["--auth-jwks", str(folder / "jwks.json"), "--auth-issuer", ISSUER, "--auth-audience", AUDIENCE]
+    return {
+        "no auth": ([], None),
+        "--auth-tokens": (["--auth-tokens", str(tokens)], token),
+        "--auth-jwks (RS256)": (jwt_flags, signed),
+    }
+
+
+async def interleaved_calls(
+    targets: dict[str, tuple[str, str | None]], mode: str, calls: int
+) -> dict[str, list[float]]:
+    """Seconds of each `ping` tools/call, per server: one client session to each (`targets`: name -> (URL, bearer
+    token)), their calls taken in turn (a, b, c, a, b, c, ...), so a slow moment of the machine hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in targets}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {}
+        for name, (url, token) in targets.items():
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
+            clients[name] = await stack.enter_async_context(Client(transport, mode=mode))
+        for index in range(calls // 5 + calls):  # the first fifth warms up
+            for name, client in clients.items():
+                start = time.perf_counter()
+                result = await client.call_tool("ping", {"n": index})
+                if index >= calls // 5:
+                    times[name].append(time.perf_counter() - start)
+                assert not result.is_error, result
+    return times
+
+
+def refused_without_token(url: str) -> bool:
+    """Whether the server answers 401 to an initialize request without a token (so auth is on)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10):
+            return False
+    except urllib.error.HTTPError as error:
+        return error.code == 401
+
+
+def bench_auth(folder: Path, calls: int, rounds: int) -> None:
+    (folder / "ping_tool.py").write_text(PING)
+    setups = auth_setups(folder)
+    serve = [sys.executable, "-m", "branchc", "serve", str(folder / "ping_tool.py"), "--http"]
+    modes = {"handshake era": "legacy", "2026-07-28": "2026-07-28"}
+    names = list(setups)
+    medians: dict[tuple[str, str], list[float]] = {(name, era): [] for name in names for era in modes}
+    added: dict[tuple[str, str], list[float]] = {(name, era): [] for name in names for era in modes}
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for name, (flags, _) in setups.items():
+            port = free_port()
+            log = folder / f"auth-{len(urls)}.log"
+            urls[name] = stack.enter_context(http_server([*serve, f"127.0.0.1:{port}", *flags], port, log))
+            assert refused_without_token(urls[name]) == bool(flags), f"{name}: auth is not as configured"
+        for index in range(rounds):
+            order = names[index % len(names) :] + names[: index % len(names)]  # rotate who goes first
+            for era, mode in modes.items():
+                targets = {name: (urls[name], setups[name][1]) for name in order}
+                times = anyio.run(interleaved_calls, targets, mode, calls)
+                for name in names:
+                    medians[name, era].append(statistics.median(times[name]) * 1000)
+                    paired = [ours - plain for ours, plain in zip(times[name], times["no auth"], strict=True)]
+                    added[name, era].append(statistics.median(paired) * 1000)
+    print("4. the latency of auth: a trivial tools/call over streamable HTTP on 127.0.0.1, the three servers' calls")
+    print(f"   in turn ({calls} each per round); per round the median ms/call, and the median over the round's calls")
+    print(f"   of (call with auth - the adjacent call without); figures: median of {rounds} rounds [min .. max]")
+    for era in modes:
+        print(f"   {era}:")
+        base = medians["no auth", era]
+        for name in names:
+            line = f"     {name:20} {spread(medians[name, era], '.3f')} ms/call"
+            if name != "no auth":
+                ratio = [ours / plain for ours, plain in zip(medians[name, era], base, strict=True)]
+                line += f"   added {spread(added[name, era], '+.3f')} ms   x{spread(ratio, '.3f')}"
+            print(line)
+
+
+def spread(values: list[float], form: str) -> str:
+    return f"{format(statistics.median(values), form)} [{format(min(values), form)} .. {format(max(values), form)}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument(
+        "--only", choices=["stdio", "http", "rounds", "auth"], action="append", help="run only these parts"
+    )
     args = parser.parse_args()
+    only = set(args.only or ["stdio", "http", "rounds", "auth"])
     with tempfile.TemporaryDirectory(prefix="branchc-bench-") as name:
         folder = Path(name)
         os.environ["BRANCHC_CACHE"] = str(folder / "cache")  # the servers compile into it
-        bench_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
-        bench_http_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
-        bench_rounds(folder, [10, 100] if args.quick else [10, 100, 1000])
+        os.environ["BRANCHC_STATE_DIR"] = str(folder / "state")  # HTTP serves keep runs.db here, not in $HOME
+        (folder / "loop_tool.py").write_text(TOOL)
+        if "stdio" in only:
+            bench_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
+        if "http" in only:
+            bench_http_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
+        if "rounds" in only:
+            bench_rounds(folder, [10, 100] if args.quick else [10, 100, 1000])
+        if "auth" in only:
+            bench_auth(folder, 100 if args.quick else 300, 3 if args.quick else 7)
 
 
 if __name__ == "__main__":

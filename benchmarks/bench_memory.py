@@ -200,11 +200,11 @@ def store_files(path: Path) -> int:
 def store_side(count: int, probe: Probe, folder: Path) -> dict:
     from branchc.bridge.durable import run_meta
     from branchc.runtime.runstate import dump_run
-    from branchc.store import RunRecord, open_store
+    from branchc.store import KeyRing, RunRecord, open_store
 
     tool = compiled_tool()
     path = folder / f"runs-{'heap' if probe.heap else 'rss'}.db"
-    store = open_store(f"sqlite:///{path}")
+    store = open_store(f"sqlite:///{path}", KeyRing.generate())
 
     def save() -> tuple[str, int]:
         machine = suspended_machine(tool)

@@ -511,7 +511,8 @@ _register_serve()
 # -- branchc runs: the runs a store holds (bridge/runs.py) ---------------------------------------------------
 
 runs_app = typer.Typer(
-    help="Look at, continue and end the runs a store holds (`branchc serve --store`): list, show, resume, cancel, gc.",
+    help="Look at, continue and end the runs a store holds (`branchc serve --store`): list, show, resume, cancel, gc, "
+    "rekey.",
     no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
@@ -527,16 +528,39 @@ StoreOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts) instead of tables.")]
+StateKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--state-key",
+        envvar="BRANCHC_STATE_KEY",
+        metavar="KEY[,KEY...]",
+        help="The key(s) the store's runs are sealed with, as `branchc serve` was given them (comma-separated, the "
+        "sealing one first). Default: the key kept in $BRANCHC_STATE_DIR/state.key.",
+        show_default=False,
+    ),
+]
+ToolsOption = Annotated[
+    Path,
+    typer.Option(
+        "--tools",
+        metavar="PATH",
+        help="The tools the run was served with: sources or a build folder, as `branchc serve PATH` takes them. "
+        "Only this code is loaded (never a path a record names); a run saved by other code is refused.",
+    ),
+]
 
 
 @contextlib.contextmanager
-def _runs_store(url: str | None) -> Iterator[Any]:
-    """The store, closed afterwards; every failure is one line on stderr and exit 1."""
+def _runs_store(url: str | None, state_key: str | None = None) -> Iterator[Any]:
+    """The store, its runs opened with the state key(s), closed afterwards; every failure is one line on stderr
+    and exit 1."""
+    from .bridge.durable import state_dir
     from .bridge.runs import open_runs_store
+    from .store.keys import state_keys
 
     store = None
     try:
-        store = open_runs_store(url)
+        store = open_runs_store(url, state_keys(state_key, state_dir()))
         yield store
     except (BranchcError, CliError, OSError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
@@ -566,8 +590,9 @@ def runs_list(
     tool_name: Annotated[str | None, typer.Option("--tool", help="Only runs of this tool.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Most runs shown, latest first.")] = 50,
     as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
 ) -> None:
-    """The runs in the store, latest first: tool, era, status, age, where each branch waits, what it asks."""
+    """The runs in the store, latest first: tool, owner, era, status, age, where each branch waits, what it asks."""
     import time
 
     from rich.table import Table
@@ -575,7 +600,7 @@ def runs_list(
     from .bridge.runs import describe
     from .store import STATUSES
 
-    with _runs_store(store_url) as store:
+    with _runs_store(store_url, state_key) as store:
         if status is not None and status not in STATUSES:
             raise CliError(f"--status {status}: a run's status is one of {', '.join(STATUSES)}")
         records = store.list(status=status, tool=tool_name, limit=limit)
@@ -587,7 +612,7 @@ def runs_list(
         err.print(f"no runs in {escape(store.url)}{' of that kind' if status or tool_name else ''}")
         return
     table = Table(title=f"runs in {escape(store.url)}", title_justify="left")
-    for column in ("run", "tool", "era", "status", "age", "expires in", "waits at", "pending"):
+    for column in ("run", "tool", "owner", "era", "status", "age", "expires in", "waits at", "pending"):
         table.add_column(column, overflow="fold")
     for record in records:
         waits = "\n".join(
@@ -597,6 +622,7 @@ def runs_list(
         table.add_row(
             record.run_id[:12],
             escape(record.tool),
+            escape(record.owner) if record.owner is not None else "[dim]-[/]",
             escape(record.meta.era),
             record.status,
             _span(now - record.created),
@@ -612,19 +638,20 @@ def runs_show(
     run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
     store_url: StoreOption = None,
     as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
 ) -> None:
     """Everything about one run: its metadata, where each branch waits (with the source line), its requests."""
     from .bridge.runs import describe, find_run
 
-    with _runs_store(store_url) as store:
+    with _runs_store(store_url, state_key) as store:
         data = describe(find_run(store, run_id), sources=True)
     if as_json:
         _print_json(data)
         return
     out = Console(soft_wrap=True)
     out.print(f"[bold]run {escape(data['run_id'])}[/]")
-    for label, key in (("tool", "tool"), ("status", "status"), ("era", "era"), ("build", "build")):
-        out.print(f"  {label + ':':10} {escape(str(data[key]))}")
+    for label, key in (("tool", "tool"), ("owner", "owner"), ("status", "status"), ("era", "era"), ("build", "build")):
+        out.print(f"  {label + ':':10} {escape(str(data[key]) if data[key] is not None else '-')}")
     out.print(
         f"  {'age:':10} {_span(data['age'])} (updated {_span(data['age'] - (data['updated'] - data['created']))} ago)"
     )
@@ -662,6 +689,7 @@ ForceOption = Annotated[
 @runs_app.command("resume")
 def runs_resume(
     run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
+    tools_path: ToolsOption,
     responses: Annotated[
         Path | None,
         typer.Option("--responses", "-r", help="YAML file of scripted answers to what the run asks from here on."),
@@ -673,20 +701,22 @@ def runs_resume(
     force: ForceOption = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the result.")] = False,
     as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
 ) -> None:
     """Continue a waiting run here, to its end: what it waits for is asked on the terminal (--interactive) or
     answered from a responses file; then after() runs and the result (JSON) goes to stdout. The run is written
-    down at each suspension, so a resume that is killed can be resumed again. Needs the build it was served
-    from (the record names it)."""
+    down at each suspension, so a resume that is killed can be resumed again. Needs the tools it was served
+    with (--tools: the same sources or build)."""
     from .bridge.results import describe_failure
-    from .bridge.runs import resume_run
+    from .bridge.runs import load_tools, resume_run
 
-    with _runs_store(store_url) as store:
+    with _runs_store(store_url, state_key) as store:
         if interactive == (responses is not None):
             raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
         client = ConsoleClient(err) if interactive else _load_responses(responses)
         observer = None if quiet else TimelinePrinter(err)
-        done = anyio.run(lambda: resume_run(store, run_id, client, force=force, on_event=observer))
+        tools = load_tools(tools_path)
+        done = anyio.run(lambda: resume_run(store, run_id, client, tools, force=force, on_event=observer))
     ident = done.record.run_id if done.record is not None else run_id.strip()
     if done.error is not None:
         text = describe_failure(done.error)
@@ -704,16 +734,18 @@ def runs_resume(
 @runs_app.command("cancel")
 def runs_cancel(
     run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
+    tools_path: ToolsOption,
     store_url: StoreOption = None,
     force: ForceOption = False,
     as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
 ) -> None:
     """End a waiting run as a server ends a cancelled call: its finally blocks run once, here; then no
-    server continues it. Needs the build it was served from (the record names it)."""
-    from .bridge.runs import cancel_run
+    server continues it. Needs the tools it was served with (--tools: the same sources or build)."""
+    from .bridge.runs import cancel_run, load_tools
 
-    with _runs_store(store_url) as store:
-        done = cancel_run(store, run_id, force=force)
+    with _runs_store(store_url, state_key) as store:
+        done = cancel_run(store, run_id, load_tools(tools_path), force=force)
     logs = [list(entry) for entry in done.logs]
     failure = None if done.cleanup_error is None else f"{type(done.cleanup_error).__name__}: {done.cleanup_error}"
     if as_json:
@@ -743,14 +775,96 @@ def runs_cancel(
 
 
 @runs_app.command("gc")
-def runs_gc(store_url: StoreOption = None, as_json: JsonOption = False) -> None:
-    """Delete the expired runs; print how many."""
-    with _runs_store(store_url) as store:
+def runs_gc(
+    tools_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--tools",
+            metavar="PATH",
+            help="First end the expired waiting runs of these tools (sources or a build folder, as `branchc serve "
+            "PATH` takes them): each one's finally blocks run once, here. Runs of other tools or another build are "
+            "left.",
+        ),
+    ] = None,
+    store_url: StoreOption = None,
+    as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
+) -> None:
+    """Delete the expired runs that have ended; print how many. An expired run that still waits has not run its
+    finally blocks: with --tools it is ended here first (once, even while servers sweep too); without, it is left
+    (and said so) for a gc with --tools or a server serving its tools."""
+    from .bridge.expiry import BATCH, Left, Swept, end_expired_runs
+    from .bridge.holder import describe_holder, holder
+    from .bridge.runs import load_tools
+
+    with _runs_store(store_url, state_key) as store:
+        swept = Swept()
+        if tools_path is not None:
+            by = f"branchc runs gc ({describe_holder(holder())})"
+            swept = end_expired_runs(store, load_tools(tools_path), by=by)
         removed = store.gc()
+        if tools_path is None:
+            reason = (
+                "it expired waiting and its finally blocks have not run: end it with `branchc runs gc --tools PATH` "
+                "(the tools it was served with), or serve those tools (a server ends its expired runs)"
+            )
+            for ident in store.expired(limit=BATCH):
+                record = store.load(ident, expired=True)
+                swept.left.append(Left(ident, record.tool if record is not None else "", reason))
+    failures = [done for done in swept.ended if done.cleanup_error is not None]
     if as_json:
-        _print_json({"removed": removed})
+        ended = [
+            {
+                "run_id": done.record.run_id,
+                "tool": done.record.tool,
+                "logs": [list(entry) for entry in done.logs],
+                "cleanup_error": None if done.cleanup_error is None else str(done.cleanup_error),
+            }
+            for done in swept.ended
+        ]
+        left = [{"run_id": item.run_id, "tool": item.tool, "reason": item.reason} for item in swept.left]
+        _print_json({"removed": removed, "ended": ended, "left": left})
     else:
+        for done in swept.ended:
+            for entry in done.logs:
+                if entry[0] == "log":
+                    err.print(f"[dim]log ({escape(str(entry[1]))}):[/] {escape(str(entry[2]))}")
+            ran = "its finally blocks ran once" if done.cleanup_error is None else "its cleanup failed"
+            err.print(f"ended expired run {escape(done.record.run_id)} ({escape(done.record.tool)}): {ran}")
+        for item in swept.left:
+            err.print(f"left expired run {escape(item.run_id)} ({escape(item.tool)}): {escape(item.reason)}")
         print(f"removed {removed} expired run(s) from {store.url}")
+        if swept.ended:
+            print(f"ended {len(swept.ended)} expired waiting run(s)")
+        if swept.left:
+            print(f"left {len(swept.left)} expired waiting run(s) whose finally blocks have not run (see above)")
+    for done in failures:
+        failure = f"{type(done.cleanup_error).__name__}: {done.cleanup_error}"
+        ident = escape(done.record.run_id)
+        err.print(f"[red bold]error:[/] run {ident} ended, but its cleanup failed: {escape(failure)}")
+    if failures:
+        raise typer.Exit(1)
+
+
+@runs_app.command("rekey")
+def runs_rekey(store_url: StoreOption = None, as_json: JsonOption = False, state_key: StateKeyOption = None) -> None:
+    """Seal every run anew with the first state key (--state-key NEW,OLD), so the old key can then be dropped.
+    Safe while servers run: each run is a compare-and-swap that keeps its version. Exit 1 when a run could not
+    be opened (sealed with a key not given, or damaged): each is named."""
+    with _runs_store(store_url, state_key) as store:
+        done = store.rekey()
+    refused = [{"run_id": error.run_id, "error": str(error)} for error in done.refused]
+    if as_json:
+        _print_json({"resealed": done.resealed, "current": done.current, "refused": refused})
+    else:
+        for error in done.refused:
+            err.print(f"[red bold]error:[/] {escape(str(error))}")
+        print(
+            f"sealed {done.resealed} run(s) anew with the first key in {store.url}; {done.current} already were"
+            + (f"; {len(refused)} could not be opened" if refused else "")
+        )
+    if refused:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -215,9 +216,21 @@ def _serve_stderr(env: dict[str, str], *args: str, http: bool) -> str:
 
 
 def test_serving_over_stdio_does_not_warn_about_the_state_key(env) -> None:
-    assert "--state-key" not in _serve_stderr(env, http=False)
+    assert "state key" not in _serve_stderr(env, http=False)
 
 
-def test_serving_over_http_warns_without_a_state_key_only(env) -> None:
-    assert EPHEMERAL_KEY_WARNING in _serve_stderr(env, http=True)
-    assert "--state-key" not in _serve_stderr(env, "--state-key", KEY, http=True)
+def test_serving_without_a_state_key_keeps_one_in_the_state_folder_and_does_not_warn(env, tmp_path) -> None:
+    """serve makes the key once (mode 0600) and seals with it from then on, so no process-only key is used."""
+    state = tmp_path / "state"
+    env = {**env, "BRANCHC_STATE_DIR": str(state), "BRANCHC_STATE_KEY": ""}
+    assert EPHEMERAL_KEY_WARNING not in _serve_stderr(env, http=True)
+    key = (state / "state.key").read_bytes()
+    assert stat.S_IMODE((state / "state.key").stat().st_mode) == 0o600 and len(key.strip()) >= 32
+    assert "state key" not in _serve_stderr(env, http=True) and (state / "state.key").read_bytes() == key
+    assert "state key" not in _serve_stderr(env, "--state-key", KEY, http=True)
+
+
+def test_create_server_without_keys_warns_over_http_that_only_this_process_continues(env) -> None:
+    server = create_server({}, state_key=None)
+    assert server.state_keys is None  # what serve_http warns of (EPHEMERAL_KEY_WARNING)
+    assert create_server({}, state_key=KEY).state_keys is not None

@@ -33,12 +33,23 @@ import pytest
 from _bridge_support import EXAMPLES, KEY, TOOLS, free_port, listening, native_run
 from mcp import Client
 
-from branchc.bridge.runs import resume_run
+from branchc.bridge.runs import load_tools, resume_run
 from branchc.runtime.client import ElicitRequest, SampleRequest
 from branchc.runtime.messages import SampleResult
-from branchc.store import open_store
+from branchc.store import KeyRing, open_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _state_key_in_env():
+    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BRANCHC_STATE_KEY", KEY)
+        yield
+
 
 Ask = tuple[str, str]  # ("sample", the prompt's last text) or ("elicit", the form's message)
 
@@ -379,9 +390,10 @@ async def test_a_handshake_run_is_resumed_from_the_store_at_every_suspension(exa
             group.cancel_scope.cancel()
     monkeypatch.setenv("BRANCHC_CACHE", env["BRANCHC_CACHE"])
     monkeypatch.setenv("BRANCHC_FLIGHTS_DB", env["BRANCHC_FLIGHTS_DB"])
-    for name in EXAMPLES:  # resume_run imports the server's build: not another build's module of the same name
+    for name in EXAMPLES:  # load_tools imports the server's build: not another build's module of the same name
         monkeypatch.delitem(sys.modules, name, raising=False)
-    store = open_store(db)
+    store = open_store(db, KEYS)
+    tools = load_tools(TOOLS)  # what the server served: the only code the resume runs
     try:
         records = {record.run_id: record for record in store.list(status="waiting")}
         assert len(records) == len(stopped)
@@ -394,7 +406,7 @@ async def test_a_handshake_run_is_resumed_from_the_store_at_every_suspension(exa
                 if record.tool == name and sorted(norm(p["summary"]) for p in record.meta.pending) == pending
             ]
             client = Answering(example)
-            done = await resume_run(store, run_id, client)
+            done = await resume_run(store, run_id, client, tools)
             del records[run_id]
             assert done.error is None, (name, k, done.error)
             assert plain(done.result) == plain(example.result), (name, k)

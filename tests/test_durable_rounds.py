@@ -28,9 +28,20 @@ from mcp import Client
 from branchc.bridge.durable import REF_PREFIX, default_store_url, serving_store, state_dir, tool_code_hash
 from branchc.bridge.loading import load_served_tools
 from branchc.bridge.server import create_server
-from branchc.store import open_store
+from branchc.store import KeyRing, open_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _state_key_in_env():
+    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BRANCHC_STATE_KEY", KEY)
+        yield
+
 
 TOOL_FILE = Path(__file__).parent / "servers" / "durable_tools.py"
 NAME = "durable_steps"
@@ -129,7 +140,7 @@ def db(tmp_path) -> str:
 
 
 def server(tools: dict, url: str | None, **options: Any) -> Any:
-    store = open_store(url) if url else None
+    store = open_store(url, KEYS) if url else None
     return create_server(tools, state_key=KEY, store=store, **options)
 
 
@@ -148,7 +159,7 @@ async def test_a_multi_round_run_completes_with_a_store_and_its_state_is_short(t
     assert final(plain) == expected(6)
     assert max(map(len, states)) < 400, states  # a sealed run reference
     assert max(map(len, states)) * 3 < max(map(len, inline)), (max(map(len, states)), max(map(len, inline)))
-    record = open_store(db).list()[0]
+    record = open_store(db, KEYS).list()[0]
     assert record.status == "done" and record.saved == "" and record.meta.extra["answered"] == 6
 
 
@@ -209,7 +220,7 @@ async def test_other_answers_to_an_answered_round_and_an_old_state_are_refused(t
 async def test_the_record_says_where_the_run_waits_and_refuses_other_code(tools, db, tmp_path):
     log = tmp_path / "log.txt"
     arguments = args(3, log)
-    store = open_store(db)
+    store = open_store(db, KEYS)
     async with Client(server(tools, db), **MODERN) as client:
         first = await call(client.session, arguments)
         second = await call(client.session, arguments, first.request_state, await answer_all(first))
@@ -259,7 +270,7 @@ async def test_guided_mode_keeps_its_runs_in_the_store(tools, db, tmp_path):
     # no callbacks: a client that can neither sample nor elicit; guided mode answers through branchc_resume
     async with Client(server(tools, db, guided=True), mode="2026-07-28") as client:
         guide = (await client.session.call_tool(NAME, args(1, log))).structured_content
-    store = open_store(db)
+    store = open_store(db, KEYS)
     record = store.load(guide["state_id"])
     assert record is not None and record.status == "waiting" and record.meta.era == "guided"
     assert record.meta.code_hash == tool_code_hash(tools[NAME]) and record.meta.extra["tool"] == NAME
@@ -444,4 +455,4 @@ def test_serve_refuses_a_bad_store_url(cache):
 
 
 def test_the_reference_format():
-    assert REF_PREFIX == "r1:" and json.loads('{"run": "x", "round": 1}')["round"] == 1
+    assert REF_PREFIX == "r1:" and json.loads('{"run": "x", "round": 1, "v": 3}')["v"] == 3

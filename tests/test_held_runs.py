@@ -27,11 +27,22 @@ import yaml
 from _bridge_support import KEY, free_port, listening
 from mcp import Client
 
-from branchc.bridge.runs import RunsError, cancel_run, resume_run
+from branchc.bridge.runs import RunsError, cancel_run, load_tools, resume_run
 from branchc.runtime.testing import MockClient
-from branchc.store import open_store
+from branchc.store import KeyRing, open_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _state_key_in_env():
+    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BRANCHC_STATE_KEY", KEY)
+        yield
+
 
 TOOL_FILE = Path(__file__).parent / "servers" / "durable_tools.py"
 NAME = "durable_steps"
@@ -125,7 +136,7 @@ async def waiting_at(url: str, arguments: dict, stop: int, then: Any) -> None:
 
 
 def only_run(db: str) -> Any:
-    store = open_store(db)
+    store = open_store(db, KEYS)
     try:
         (record,) = store.list()
         return record
@@ -156,7 +167,16 @@ async def test_a_handshake_run_waiting_on_its_client_is_in_the_store_and_resumes
         (run_id, "waiting", "question 2")
     ]
     done = branchc(
-        "runs", "resume", run_id[:8], "--store", db, "--responses", str(responses_file(tmp_path, 2, 4)), cache=cache
+        "runs",
+        "resume",
+        run_id[:8],
+        "--tools",
+        str(TOOL_FILE),
+        "--store",
+        db,
+        "--responses",
+        str(responses_file(tmp_path, 2, 4)),
+        cache=cache,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == expected(4)  # what an uninterrupted run gives
@@ -164,7 +184,18 @@ async def test_a_handshake_run_waiting_on_its_client_is_in_the_store_and_resumes
     record = only_run(db)
     assert record.status == "done" and not record.saved
     assert json.loads(json.dumps(record.meta.response))["value"]["structuredContent"] == expected(4)
-    again = branchc("runs", "resume", run_id, "--store", db, "--responses", str(tmp_path / "answers.yaml"), cache=cache)
+    again = branchc(
+        "runs",
+        "resume",
+        run_id,
+        "--tools",
+        str(TOOL_FILE),
+        "--store",
+        db,
+        "--responses",
+        str(tmp_path / "answers.yaml"),
+        cache=cache,
+    )
     assert again.returncode == 1 and "has ended (done)" in again.stderr
 
 
@@ -178,7 +209,9 @@ async def test_a_crashed_handshake_run_can_be_cancelled_and_its_finally_runs_onc
             process.wait()
 
         await waiting_at(f"http://127.0.0.1:{port}/mcp", {"rounds": 3, "log": str(log)}, 1, crash)
-    out = branchc("runs", "cancel", only_run(db).run_id, "--store", db, "--json", cache=cache)
+    out = branchc(
+        "runs", "cancel", only_run(db).run_id, "--tools", str(TOOL_FILE), "--store", db, "--json", cache=cache
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["status"] == "cancelled"
     assert lines(log) == ["step 0", "finally"]
@@ -196,7 +229,7 @@ async def test_a_run_its_live_server_holds_is_neither_resumed_nor_cancelled(cach
                 extra = ("--responses", str(responses_file(tmp_path, 1, 2))) if command == "resume" else ()
                 out = await anyio.to_thread.run_sync(
                     lambda command=command, extra=extra: branchc(
-                        "runs", command, run_id, "--store", db, *extra, cache=cache
+                        "runs", command, run_id, "--tools", str(TOOL_FILE), "--store", db, *extra, cache=cache
                     )
                 )
                 assert out.returncode == 1
@@ -212,7 +245,7 @@ async def test_a_run_its_live_server_holds_is_neither_resumed_nor_cancelled(cach
 
 def _hold_elsewhere(db: str) -> Any:
     """Make the only run's holder a process on another host."""
-    store = open_store(db)
+    store = open_store(db, KEYS)
     try:
         record = store.list()[0]
         held = {**record.meta.extra["held"], "host": "elsewhere." + socket.gethostname()}
@@ -259,11 +292,11 @@ async def test_a_live_holder_whose_run_is_taken_over_stops_without_its_cleanup(c
                 with anyio.fail_after(30):
                     await asker.asked.wait()
                 record = _hold_elsewhere(db)
-                store = open_store(db)
+                store = open_store(db, KEYS)
                 try:
                     with pytest.raises(RunsError, match=r"another host.*--force"):
-                        cancel_run(store, record.run_id)
-                    done = cancel_run(store, record.run_id, force=True)  # its finally runs here
+                        cancel_run(store, record.run_id, load_tools(TOOL_FILE))
+                    done = cancel_run(store, record.run_id, load_tools(TOOL_FILE), force=True)  # its finally runs here
                 finally:
                     store.close()
                 assert done.record.status == "cancelled"
@@ -285,7 +318,7 @@ async def test_a_killed_resume_can_be_resumed_again(cache, db, tmp_path):
         await waiting_at(f"http://127.0.0.1:{port}/mcp", {"rounds": 4, "log": str(log)}, 1, crash)
     run_id = only_run(db).run_id
     resume = subprocess.Popen(
-        [sys.executable, "-m", "branchc", "runs", "resume", run_id, "--store", db, "--interactive"],
+        [sys.executable, "-m", "branchc", "runs", "resume", run_id, "--tools", str(TOOL_FILE), "--store", db, "-i"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -308,7 +341,16 @@ async def test_a_killed_resume_can_be_resumed_again(cache, db, tmp_path):
         resume.wait()
     assert lines(log) == ["step 0", "step 1"]
     done = branchc(
-        "runs", "resume", run_id, "--store", db, "--responses", str(responses_file(tmp_path, 2, 4)), cache=cache
+        "runs",
+        "resume",
+        run_id,
+        "--tools",
+        str(TOOL_FILE),
+        "--store",
+        db,
+        "--responses",
+        str(responses_file(tmp_path, 2, 4)),
+        cache=cache,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == expected(4)
@@ -317,10 +359,10 @@ async def test_a_killed_resume_can_be_resumed_again(cache, db, tmp_path):
 
 async def test_resume_refuses_what_it_cannot_take(cache, db, tmp_path, monkeypatch):
     monkeypatch.setenv("BRANCHC_CACHE", cache)
-    store = open_store(db)
+    store = open_store(db, KEYS)
     try:
         with pytest.raises(RunsError, match="no run 'nope'"):
-            await resume_run(store, "nope", MockClient([], []))
+            await resume_run(store, "nope", MockClient([], []), {})  # (found first: no tools needed)
     finally:
         store.close()
 
@@ -376,7 +418,9 @@ async def test_a_run_whose_server_died_mid_round_can_be_cancelled_at_once(cache,
     the run at once (not after the lease), from where it waited before that round."""
     log = tmp_path / "log.txt"
     await _killed_mid_round(cache, db, free_port(), {"rounds": 2, "log": str(log), "slow": 30})
-    out = branchc("runs", "cancel", only_run(db).run_id, "--store", db, "--json", cache=cache)
+    out = branchc(
+        "runs", "cancel", only_run(db).run_id, "--tools", str(TOOL_FILE), "--store", db, "--json", cache=cache
+    )
     assert out.returncode == 0, out.stderr
     assert lines(log) == ["step 0", "finally"]
     assert only_run(db).status == "cancelled"

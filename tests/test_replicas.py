@@ -21,9 +21,20 @@ from _bridge_support import KEY, free_port, listening, within
 from _redis_support import RedisServer, needs_redis
 from mcp import Client
 
-from branchc.store import open_store
+from branchc.store import KeyRing, open_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _state_key_in_env():
+    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BRANCHC_STATE_KEY", KEY)
+        yield
+
 
 TOOL_FILE = Path(__file__).parent / "servers" / "replica_tools.py"
 CALLS, ROUNDS = 20, 10
@@ -99,7 +110,7 @@ async def load(store: str, cache: Path) -> None:
         # round k (k >= 1) took answer k - 1 on replica (index + k) % 2: the run changed process every round
         moved = [pids[(index + k) % 2] for k in range(1, ROUNDS + 1)]
         assert result.structured_content == {"tag": tag, "answers": answers, "pids": moved}, (index, pids)
-    records = open_store(store).list(limit=1000)
+    records = open_store(store, KEYS).list(limit=1000)
     assert len(records) == CALLS and {r.status for r in records} == {"done"}  # one record per call, all ended
 
 

@@ -25,10 +25,21 @@ import pytest
 from _bridge_support import KEY, free_port, listening
 from mcp import Client
 
-from branchc.bridge.runs import RunsError, cancel_run, find_run
-from branchc.store import RunRecord, StaleRunError, open_store
+from branchc.bridge.runs import RunsError, cancel_run, find_run, load_tools
+from branchc.store import KeyRing, RunRecord, StaleRunError, open_store
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _state_key_in_env():
+    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BRANCHC_STATE_KEY", KEY)
+        yield
+
 
 TOOL_FILE = Path(__file__).parent / "servers" / "cleanup_tools.py"
 SOURCE = TOOL_FILE.read_text().splitlines()
@@ -81,7 +92,7 @@ def served(tmp_path_factory) -> dict[str, Any]:
     command += ["--http", f"127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
     with listening(command, port, {"BRANCHC_CACHE": str(cache)}):
         states = anyio.run(_make_runs, f"http://127.0.0.1:{port}/mcp", markers)
-    store = open_store(f"sqlite:///{db}")
+    store = open_store(f"sqlite:///{db}", KEYS)
     ids = {record.tool: record.run_id for record in store.list()}
     store.close()
     with sqlite3.connect(db) as conn:
@@ -90,8 +101,10 @@ def served(tmp_path_factory) -> dict[str, Any]:
 
 
 @pytest.fixture
-def db(served, tmp_path) -> str:
-    """This test's copy of the served store, and fresh markers: its URL."""
+def db(served, tmp_path, monkeypatch) -> str:
+    """This test's copy of the served store, and fresh markers: its URL. Tools are compiled in the server's cache
+    (`--tools` and `load_tools`, here and in the `branchc runs` subprocesses)."""
+    monkeypatch.setenv("BRANCHC_CACHE", str(served["cache"]))
     copy = tmp_path / "runs.db"
     shutil.copyfile(served["db"], copy)
     for marker in served["markers"].iterdir():
@@ -107,6 +120,11 @@ def runs(*arguments: str, env: dict[str, str] | None = None) -> subprocess.Compl
         text=True,
         timeout=120,
     )
+
+
+def tools(served: dict[str, Any]) -> tuple[str, ...]:
+    """`--tools` naming the tools the runs were served with (compiled in the server's cache: see `db`)."""
+    return ("--tools", str(TOOL_FILE))
 
 
 def ok(*arguments: str, **options: Any) -> subprocess.CompletedProcess:
@@ -183,7 +201,7 @@ def test_show_by_prefix_gives_everything_with_the_source_line(served, db):
 
 
 def test_a_prefix_of_several_ids_is_refused():
-    store = open_store("sqlite:///:memory:")
+    store = open_store("sqlite:///:memory:", KEYS)
     for ident in ("abc1", "abc2", "xyz"):
         store.create(RunRecord.new("some_tool", "", ttl=60, run_id=ident))
     assert find_run(store, "xy").run_id == "xyz" and find_run(store, "abc1").run_id == "abc1"
@@ -193,18 +211,18 @@ def test_a_prefix_of_several_ids_is_refused():
 
 def test_cancel_runs_the_finally_blocks_once_and_marks_the_run_cancelled(served, db):
     nested = served["ids"]["cleanup_nested"]
-    done = ok("cancel", nested[:8], "--store", db)
+    done = ok("cancel", nested[:8], *tools(served), "--store", db)
     assert marks(served, "nested") == ["helper", "worker", "client"]  # each finally once, innermost first
     assert "worker cleaned up" in done.stderr and "client cleaned up" in done.stderr  # what they logged
     assert f"cancelled run {nested}" in done.stderr
     shown = json.loads(ok("show", nested, "--store", db, "--json").stdout)
     assert shown["status"] == "cancelled" and shown["waits"] == [] and shown["pending"] == []
-    again = one_error(runs("cancel", nested, "--store", db))
+    again = one_error(runs("cancel", nested, *tools(served), "--store", db))
     assert "has ended (cancelled): there is nothing to cancel" in again
     assert marks(served, "nested") == ["helper", "worker", "client"]  # nothing ran twice
     # the other run is untouched, and its cancel (as JSON) runs its own finally once
     flat = served["ids"]["cleanup_flat"]
-    out = json.loads(ok("cancel", flat, "--store", db, "--json").stdout)
+    out = json.loads(ok("cancel", flat, *tools(served), "--store", db, "--json").stdout)
     assert out == {
         "run_id": flat,
         "status": "cancelled",
@@ -218,7 +236,7 @@ def test_cancel_runs_the_finally_blocks_once_and_marks_the_run_cancelled(served,
 def test_a_cancelled_run_is_refused_by_a_server(served, db):
     """After `branchc runs cancel`, the run's request_state is refused: a server never continues it."""
     flat = served["ids"]["cleanup_flat"]
-    ok("cancel", flat, "--store", db)
+    ok("cancel", flat, *tools(served), "--store", db)
     port = free_port()
     command = [sys.executable, "-m", "branchc", "serve", str(TOOL_FILE), "--state-key", KEY]
     command += ["--http", f"127.0.0.1:{port}", "--store", db]
@@ -242,10 +260,10 @@ def test_a_cancelled_run_is_refused_by_a_server(served, db):
 
 def test_cancel_refuses_a_run_saved_by_other_code(served, db):
     nested = served["ids"]["cleanup_nested"]
-    store = open_store(db)
+    store = open_store(db, KEYS)
     record = store.load(nested)
     store.checkpoint(nested, record.version, meta=dataclasses.replace(record.meta, code_hash="0" * 32))
-    error = one_error(runs("cancel", nested, "--store", db))
+    error = one_error(runs("cancel", nested, *tools(served), "--store", db))
     assert f"stored run {nested!r}" in error and "the tool's code changed since the run was saved" in error
     assert marks(served, "nested") == [] and store.load(nested).status == "waiting"
     store.close()
@@ -265,7 +283,7 @@ def own_imports(monkeypatch):
 
 
 def test_a_run_that_moved_on_meanwhile_is_not_cancelled_and_its_cleanup_does_not_run(served, db, own_imports):
-    store = open_store(db)
+    store = open_store(db, KEYS)
     nested = served["ids"]["cleanup_nested"]
 
     class Racing:
@@ -281,25 +299,34 @@ def test_a_run_that_moved_on_meanwhile_is_not_cancelled_and_its_cleanup_does_not
             return store.checkpoint(run_id, version, **changes)
 
     with pytest.raises(RunsError, match="moved on meanwhile") as caught:
-        cancel_run(Racing(), nested)  # type: ignore[arg-type]
+        cancel_run(Racing(), nested, load_tools(TOOL_FILE))  # type: ignore[arg-type]
     assert isinstance(caught.value.__context__, StaleRunError)
     assert marks(served, "nested") == []  # its cleanup belongs to the server that goes on with it
     assert store.load(nested).status == "running"
     store.close()
 
 
-def test_gc_removes_an_expired_run(served, db):
+def test_gc_ends_an_expired_run_only_with_its_tools_then_removes_it(served, db):
     flat = served["ids"]["cleanup_flat"]
-    store = open_store(db)
+    store = open_store(db, KEYS)
     record = store.load(flat)
     store.checkpoint(flat, record.version, expires=time.time() - 1)
     store.close()
     listed = json.loads(ok("list", "--store", db, "--json").stdout)
     assert [entry["tool"] for entry in listed] == ["cleanup_nested"]  # an expired run is gone for every read
-    assert ok("gc", "--store", db).stdout.strip() == f"removed 1 expired run(s) from {db}"
-    with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
-        assert conn.execute("SELECT run_id FROM runs").fetchall() == [(served["ids"]["cleanup_nested"],)]
-    assert json.loads(ok("gc", "--store", db, "--json").stdout) == {"removed": 0}
+    left = ok("gc", "--store", db)  # without the tools its finally blocks cannot run: it is left, and said so
+    assert left.stdout.splitlines() == [
+        f"removed 0 expired run(s) from {db}",
+        "left 1 expired waiting run(s) whose finally blocks have not run (see above)",
+    ]
+    assert f"left expired run {flat} (cleanup_flat)" in left.stderr and "--tools PATH" in left.stderr
+    assert marks(served, "flat") == []
+    done = json.loads(ok("gc", *tools(served), "--store", db, "--json").stdout)
+    assert [run["run_id"] for run in done["ended"]] == [flat] and done["left"] == []
+    assert marks(served, "flat") == ["client"]  # its finally ran once, here
+    assert json.loads(ok("gc", *tools(served), "--store", db, "--json").stdout)["ended"] == []  # once only
+    assert marks(served, "flat") == ["client"]
+    assert json.loads(ok("show", flat, "--store", db, "--json").stdout)["status"] == "expired"
 
 
 def test_bad_urls_an_unreachable_store_and_a_damaged_record_are_one_clear_line(served, db, tmp_path):
@@ -312,11 +339,11 @@ def test_bad_urls_an_unreachable_store_and_a_damaged_record_are_one_clear_line(s
     # a row edited by hand: every command that reads it says which run and field, and cancel deletes it
     nested = served["ids"]["cleanup_nested"]
     with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
-        conn.execute("UPDATE runs SET meta = '{broken' WHERE run_id = ?", (nested,))
+        conn.execute("UPDATE runs SET status = 'done' WHERE run_id = ?", (nested,))
     error = one_error(runs("list", "--store", db))
-    assert f"stored run {nested!r} is damaged" in error and "'meta'" in error
+    assert f"stored run {nested!r} is damaged" in error and "does not match its seal" in error
     assert "is damaged" in one_error(runs("show", nested, "--store", db))
-    done = ok("cancel", nested, "--store", db)
+    done = ok("cancel", nested, *tools(served), "--store", db)
     assert f"deleted the damaged run {nested}" in done.stderr
     listed = json.loads(ok("list", "--store", db, "--json").stdout)
     assert [entry["tool"] for entry in listed] == ["cleanup_flat"]

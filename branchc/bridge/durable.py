@@ -3,8 +3,10 @@
 Without a store a round's `request_state` is the whole run, so a client may replay it (the same round
 runs again, or a run forks from an old round). With one, each round's run is checkpointed in the store,
 atomically and before its `InputRequiredResult` leaves, and the `request_state` is a short reference:
-``r1:{"run": ID, "round": N}`` (sealed and bound to the tool and its arguments by the SDK's
-`RequestStateBoundary`, as before). The record says which round the run waits for (meta.extra["round"]),
+``r1:{"run": ID, "round": N, "v": VERSION}`` (sealed and bound to the tool and its arguments by the SDK's
+`RequestStateBoundary`, as before), VERSION being the record's version that waits for round N: a record
+older than that (a backup restored, a row rolled back) is refused, naming the run, before anything of it
+is read. The record says which round the run waits for (meta.extra["round"]),
 and keeps the last answered round's number, answers digest and response (meta.answers_digest,
 meta.response, meta.extra["answered"]). A call for round N then:
 
@@ -66,8 +68,11 @@ from ..store.base import (
     StoreUnavailableError,
     WaitPoint,
 )
+from ..store.keys import KeyRing, private_folder, state_keys
 from ..store.url import open_store
+from .auth import current_principal
 from .holder import holder, holder_alive
+from .quotas import QuotaError, RunCaps
 from .results import error_result
 from .rounds import (
     AnswerError,
@@ -116,16 +121,22 @@ def default_store_url() -> str:
     return "sqlite:///" + str((state_dir() / "runs.db").resolve())
 
 
-def serving_store(url: str | None, *, http: bool) -> RunStore | None:
+def serving_store(url: str | None, *, http: bool, keys: KeyRing | None = None) -> RunStore | None:
     """The store `branchc serve --store URL` names; with no URL, the default SQLite file over HTTP (its
-    folder created if missing) and none over stdio. StoreURLError / StoreUnavailableError say what is wrong."""
+    folder created if missing, mode 0700) and none over stdio. Its records are sealed with `keys`: by
+    default `state_keys($BRANCHC_STATE_KEY, state_dir())`, the key made once and kept in the state folder
+    when no key is given (serve passes `state_keys(--state-key, state_dir())`). StoreURLError /
+    StoreUnavailableError / StoreKeyError say what is wrong."""
     if url is None:
         if not http:
             return None
-        folder = state_dir()
-        folder.mkdir(parents=True, exist_ok=True)
+        private_folder(state_dir(), "the state folder")
         url = default_store_url()
-    return open_store(url)
+    elif isinstance(url, str) and url.strip().lower() == "none":
+        return None
+    if keys is None:
+        keys = state_keys(os.environ.get("BRANCHC_STATE_KEY"), state_dir())
+    return open_store(url, keys)
 
 
 STORE_THREADS = 8  # store calls at once, per process: writes queue up at the store anyway, and each thread
@@ -281,11 +292,12 @@ def _restored(stored: Any) -> Any:
     return types.CallToolResult.model_validate(stored["value"])
 
 
-def _ref(run_id: str, number: int) -> str:
-    return REF_PREFIX + json.dumps({"run": run_id, "round": number}, separators=(",", ":"))
+def _ref(run_id: str, number: int, version: int) -> str:
+    """The request_state of round `number` of the run, whose record waits for it at `version`."""
+    return REF_PREFIX + json.dumps({"run": run_id, "round": number, "v": version}, separators=(",", ":"))
 
 
-def _parse_ref(state: str) -> tuple[str, int]:
+def _parse_ref(state: str) -> tuple[str, int, int]:
     if not state.startswith(REF_PREFIX):
         raise AnswerError(
             "this request_state holds a whole run (minted by a server without a store, or with --store none); "
@@ -293,12 +305,12 @@ def _parse_ref(state: str) -> tuple[str, int]:
         )
     try:
         data = json.loads(state[len(REF_PREFIX) :])
-        run_id, number = data["run"], data["round"]
+        run_id, number, version = data["run"], data["round"], data["v"]
     except (ValueError, KeyError, TypeError):
         raise AnswerError("this request_state is not a run reference this server can read") from None
-    if type(run_id) is not str or type(number) is not int:
+    if type(run_id) is not str or type(number) is not int or type(version) is not int:
         raise AnswerError("this request_state is not a run reference this server can read")
-    return run_id, number
+    return run_id, number, version
 
 
 class DurableRounds:
@@ -306,8 +318,17 @@ class DurableRounds:
     round claimed longer than `lease` seconds ago is taken over; a retry of a round being answered waits
     up to `wait_for_round` seconds for its response."""
 
-    def __init__(self, store: RunStore, *, ttl: float = 600, lease: float = 300, wait_for_round: float = 30) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        *,
+        ttl: float = 600,
+        lease: float = 300,
+        wait_for_round: float = 30,
+        caps: RunCaps | None = None,
+    ) -> None:
         self.store = store
+        self.caps = caps  # what callers' waiting runs may hold (quotas.py); None: no caps
         self.ttl = ttl
         self.lease = lease
         self.wait_for_round = wait_for_round
@@ -353,6 +374,10 @@ class DurableRounds:
     async def _io(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await store_io(fn, *args, **kwargs)
 
+    async def _admit(self, owner: str | None, size: int = 0, *, grows_from: int | None = None) -> None:
+        if self.caps is not None:
+            await self._io(self.caps.admit, owner, size, grows_from=grows_from)
+
     async def run_round(
         self, bridge: Any, ctx: ServerRequestContext, tool: Tool, model: BaseModel, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
@@ -363,33 +388,49 @@ class DurableRounds:
         if params.request_state is None:
             if params.input_responses:
                 return error_result("input_responses came without the request_state of the round they answer")
+            owner = current_principal()
+            try:
+                await self._admit(owner)  # refused before before() runs: nothing of the tool has happened
+            except (QuotaError, StoreError) as error:  # past a cap, or the store cannot count (it is down)
+                return error_result(str(error))
 
             async def first(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
                 asked = _input_requests(ctx, machine)
                 if asked is None:
                     return None
-                record = RunRecord.new(tool.name, dump_run(handoff, machine), ttl=self.ttl)
-                response = types.InputRequiredResult(input_requests=asked, request_state=_ref(record.run_id, 1))
+                record = RunRecord.new(tool.name, dump_run(handoff, machine), ttl=self.ttl, owner=owner)
+                await self._admit(owner, record.size)  # past a cap: the run is halted, its cleanup runs once
+                ref = _ref(record.run_id, 1, record.version)
+                response = types.InputRequiredResult(input_requests=asked, request_state=ref)
                 meta = run_meta(ERA, tool, machine, extra={"round": 1})
                 await self._io(self.store.create, dataclasses.replace(record, meta=meta))
                 return response
 
             return await guarded(start_run(bridge, ctx, tool, model), first, bridge, ctx, tool)
         try:
-            run_id, number = _parse_ref(params.request_state)
-            return await self._continue(bridge, ctx, tool, run_id, number, params.input_responses or {})
+            run_id, number, version = _parse_ref(params.request_state)
+            return await self._continue(bridge, ctx, tool, run_id, number, version, params.input_responses or {})
         except (AnswerError, RunStateError, StoreError) as error:
             return error_result(str(error))
 
     async def _continue(
-        self, bridge: Any, ctx: ServerRequestContext, tool: Tool, run_id: str, number: int, responses: dict
+        self,
+        bridge: Any,
+        ctx: ServerRequestContext,
+        tool: Tool,
+        run_id: str,
+        number: int,
+        version: int,
+        responses: dict,
     ) -> Any:
         digest = answers_digest(responses)
         deadline = time.monotonic() + self.wait_for_round
         delay = 0.02
         while True:
-            record = await self._io(self.store.load, run_id)
-            if record is None:
+            record = await self._io(self.store.load, run_id, min_version=version)
+            if record is None or record.meta.era != ERA or record.owner != current_principal():
+                # another principal's run is unknown to this one (the SDK's principal binding refuses its
+                # request_state first; this holds even for a state sealed for it that names another's run)
                 raise AnswerError(
                     f"run {run_id!r} is not in the store: it ended and expired, was cancelled, expired (runs are "
                     f"kept {self.ttl:.0f} s after their last round), or the store lost it (a Redis restarted "
@@ -474,8 +515,10 @@ class DurableRounds:
                 answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
                 claim = {**holder(), "round": number, "digest": digest, "at": time.time()}
                 meta = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": claim})
+                # the claim keeps the record a lease past its expiry, so it does not expire mid-round (expiry.py)
+                expires = max(record.expires, time.time() + self.lease)
                 claimed = await self._io(
-                    self.store.checkpoint, record.run_id, record.version, status="running", meta=meta
+                    self.store.checkpoint, record.run_id, record.version, status="running", meta=meta, expires=expires
                 )
         except (StaleRunError, RunNotFoundError):
             return None
@@ -490,7 +533,9 @@ class DurableRounds:
             asked = _input_requests(ctx, machine)
             if asked is None:
                 return None
-            response = types.InputRequiredResult(input_requests=asked, request_state=_ref(record.run_id, number + 1))
+            # the record waits for the next round at the version this checkpoint writes: claimed's, plus one
+            ref = _ref(record.run_id, number + 1, claimed.version + 1)
+            response = types.InputRequiredResult(input_requests=asked, request_state=ref)
             meta = run_meta(
                 ERA,
                 tool,
@@ -501,6 +546,9 @@ class DurableRounds:
             )
             text = dump_run(handoff, machine)
             expires = time.time() + self.ttl
+            # grown past a cap: the round is refused, and the run waits on as it was (the finally below)
+            with contextlib.suppress(StoreUnavailableError):  # the write below meets the outage and keeps the outcome
+                await self._admit(record.owner, len(text.encode()), grows_from=record.size)
             try:
                 await self._io(
                     self.store.checkpoint,
@@ -536,12 +584,11 @@ class DurableRounds:
             if not saved and not finished and not deferred:
                 with anyio.CancelScope(shield=True):
                     # interrupted before its outcome was written: the run waits for this round again
+                    back = {"status": "waiting", "meta": record.meta, "expires": record.expires}
                     try:
-                        await self._io(
-                            self.store.checkpoint, record.run_id, claimed.version, status="waiting", meta=record.meta
-                        )
+                        await self._io(self.store.checkpoint, record.run_id, claimed.version, **back)
                     except StoreUnavailableError:
-                        self._write_later(record.run_id, claimed.version, {"status": "waiting", "meta": record.meta})
+                        self._write_later(record.run_id, claimed.version, back)
                     except StoreError:
                         pass
         if saved:

@@ -56,8 +56,10 @@ from ..runtime.machine import Machine, Request
 from ..runtime.messages import Message
 from ..runtime.runstate import dump_run, load_run
 from ..runtime.tool import Tool
+from .auth import current_principal
 from .durable import store_io
 from .elicitation import form_schema
+from .expiry import end_abandoned
 from .results import error_result
 from .rounds import AnswerError, check_answered, feed, guarded, released_unless_fed, start_run
 
@@ -120,6 +122,7 @@ class WaitingRun:
     saved: str
     expires: float
     meta: Any = dataclasses.field(default=None, compare=False)  # a store's RunMeta for it (durable.run_meta)
+    owner: str | None = None  # the principal that started the run (None: no one authenticated)
 
     @property
     def size(self) -> int:
@@ -140,9 +143,10 @@ class WaitingRuns(Protocol):
         apply to every run). `new`: a run that did not wait before; `taken`: the id a continuing run was
         taken under, whose place it takes over (that reservation ends here, whether or not it fits)."""
 
-    def take(self, ident: str) -> WaitingRun | None:
+    def take(self, ident: str, owner: str | None = None) -> WaitingRun | None:
         """The run waiting under `ident`, no longer held but still counted (reserved) until `put_back`,
-        `keep(..., taken=ident)` or `release`; None when unknown, already taken or expired."""
+        `keep(..., taken=ident)` or `release`; None when unknown, already taken, expired, or started by
+        another principal than `owner` (then it is left waiting, as if unknown)."""
 
     def put_back(self, ident: str, run: WaitingRun) -> None:
         """Hold `run` again under `ident` (its answers were refused; it keeps its expiry and its place)."""
@@ -225,13 +229,14 @@ class MemoryWaitingRuns:
         self._hold(ident, run)
         return ident
 
-    def take(self, ident: str) -> WaitingRun | None:
+    def take(self, ident: str, owner: str | None = None) -> WaitingRun | None:
         self.sweep()
-        if ident not in self.runs:
+        if ident not in self.runs or self.runs[ident].owner != owner:
             return None
         run = self.runs.pop(ident)
         if run.expires <= time.time():
             self.bytes -= run.size
+            end_abandoned(run)
             return None
         self.taken[ident] = run.size  # its place (count and bytes) stays until its round ends
         return run
@@ -263,7 +268,10 @@ class MemoryWaitingRuns:
         self._next_expiry = min(self._next_expiry, run.expires)
 
     def _drop(self, ident: str) -> None:
-        self.bytes -= self.runs.pop(ident).size
+        """Let go of an expired run, ended: its finally blocks run once, here (nothing else holds it)."""
+        run = self.runs.pop(ident)
+        self.bytes -= run.size
+        end_abandoned(run)
 
 
 class GuidedRuns:
@@ -288,12 +296,13 @@ class GuidedRuns:
         self, tool: str, handoff: Any, machine: Machine, *, new: bool = True, taken: str | None = None
     ) -> str:
         meta = self.describe(machine) if self.describe is not None else None
-        saved = WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl, meta)
+        saved = WaitingRun(tool, dump_run(handoff, machine), time.time() + self.ttl, meta, current_principal())
         return await self.io(self.store.keep, saved, new=new, taken=taken)
 
     async def take(self, ident: Any) -> WaitingRun:
-        """The waiting run, which no longer waits under `ident`."""
-        found = await self.io(self.store.take, ident) if isinstance(ident, str) else None
+        """The waiting run, which no longer waits under `ident`. Another principal's run is refused exactly as
+        an unknown id is (the message is the same, and says nothing of the run)."""
+        found = await self.io(self.store.take, ident, current_principal()) if isinstance(ident, str) else None
         if found is None:
             raise AnswerError(
                 f"state_id {ident!r} is unknown, already used or expired (runs wait {self.ttl:.0f} s); "
@@ -387,7 +396,7 @@ class GuidedRuns:
             shown = guide.waiting(machine, state_id)
         except BaseException:  # the run is halted (guarded): the copy just kept must not wait on, given to nobody
             with anyio.CancelScope(shield=True):
-                if await self.io(self.store.take, state_id) is not None:
+                if await self.io(self.store.take, state_id, current_principal()) is not None:
                     await self.io(self.store.release, state_id)
             raise
         return types.CallToolResult(

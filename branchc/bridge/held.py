@@ -30,6 +30,7 @@ from ..runtime.errors import RunTakenOverError
 from ..runtime.machine import Machine
 from ..runtime.tool import Tool
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError
+from .auth import current_principal
 from .durable import run_meta, store_io
 from .holder import describe_holder, holder
 
@@ -85,7 +86,8 @@ class HeldRun:
     async def saved(self, saved: str, machine: Machine) -> None:
         """The run as it waits now, before its requests are asked."""
         if self.record is None:
-            record = RunRecord.new(self.tool.name, saved, ttl=self.ttl, meta=self._meta(machine, {}))
+            meta = self._meta(machine, {})
+            record = RunRecord.new(self.tool.name, saved, ttl=self.ttl, meta=meta, owner=current_principal())
             await self._io(self.store.create, record)
             self.record = record
             return

@@ -27,7 +27,6 @@ instead of waiting for the session's idle timeout, and an answer over the body l
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -41,10 +40,13 @@ from mcp.server.request_state import RequestStateBoundary
 from ..runtime.limits import Limits
 from ..runtime.tool import Tool
 from ..store.base import RunStore
+from ..store.keys import KeyRing
 from .durable import store_guided_runs
+from .expiry import attach_sweeper
 from .guided import RESUME_TOOL, GuidedRuns
 from .loading import ServeLoadError, load_served_tools
 from .provider import ChatCompletionsProvider
+from .quotas import CallSlots, run_caps
 from .server import Bridge, state_security
 from .settings import ServeSettings
 from .waiting import StoreWaitingRuns
@@ -117,6 +119,8 @@ def mount(
         store=store,
         state_ttl=state_ttl,
         executor=executor,
+        caps=run_caps(store, settings),
+        call_slots=CallSlots(settings.principal_max_calls),
     )
     ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set()) | bridge.workflows.names
     _beside(lowlevel, "tools", "tools/call", types.CallToolRequestParams, ours, bridge.list_tools, bridge.call_tool)
@@ -134,15 +138,11 @@ def mount(
     if own_schema is not None:  # without one the SDK asks tools/list, which lists ours too
         lowlevel.get_tool_input_schema = input_schema
     if not sealed:
-        if not state_key:
-            print(
-                "branchc mount: no state_key= (or BRANCHC_STATE_KEY) given: request_state is sealed with a key of "
-                "this process only, so a round can only be continued by this process; replicas need one shared key",
-                file=sys.stderr,
-            )
+        keys = KeyRing.parse(state_key) if state_key else None
         lowlevel.middleware.append(
-            RequestStateBoundary(state_security(state_key, state_ttl, warn=False), default_audience=lowlevel.name)
+            RequestStateBoundary(state_security(keys, state_ttl), default_audience=lowlevel.name)
         )
+    attach_sweeper(server, bridge)  # expired waiting runs are ended, once, while the server runs (expiry.py)
     return bridge
 
 

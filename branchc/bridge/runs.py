@@ -2,10 +2,11 @@
 
 What the records say (bridge/durable.py writes it for the 2026-07-28 era, guided mode through
 StoreWaitingRuns): the tool, era, status, times, where each branch waits (function and source line), the
-pending requests and the build folder the tool was served from. This module finds a run (its full id or
-a unique prefix), describes it as JSON data (what `--json` prints and the tables show), and cancels a
-waiting run the way a server ends a cancelled call: its saved run is loaded from its build (refused when
-the tool's code changed since, as a server refuses it), the record is marked "cancelled" by a
+pending requests, the build folder the tool was served from and the run's owner. This module finds a run
+(its full id or a unique prefix), describes it as JSON data (what `--json` prints and the tables show), and
+cancels a waiting run the way a server ends a cancelled call: its saved run is loaded with the tools the
+operator names (`--tools PATH`, sources or a build as `branchc serve` takes them: never a path a record
+names), refused when they are not the code that saved it (its code hash), the record is marked "cancelled" by a
 compare-and-swap, so no server continues it afterwards, and only then is the run halted, so the
 `finally` blocks of the tool's code run once, here; what they log is handed back.
 
@@ -13,6 +14,12 @@ Resuming continues a waiting run here, to its end, with answers from a client (t
 file): the record is marked as held by this process (held.py), written down at every suspension, and says
 how the run ended. A run held by a process that still runs (a handshake-era server waiting on its client,
 another `runs resume`) is neither resumed nor cancelled; one held on another host only with `force`.
+
+`end_run` is that ending (a compare-and-swap that marks the record ended, then the halt), shared with
+expiry.py, which ends runs that expired waiting: a server's sweeper, and `branchc runs gc --tools PATH`.
+
+Re-keying seals every run anew with the first key of the ring the store was opened with (`branchc runs
+rekey`: the store's `rekey`), so that an older key can then be dropped.
 """
 
 from __future__ import annotations
@@ -20,33 +27,38 @@ from __future__ import annotations
 import dataclasses
 import linecache
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..runtime.client import Client
-from ..runtime.compiled import CompiledLoadError, import_build
 from ..runtime.driver import Event, resume_tool
 from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityError, RunTakenOverError
 from ..runtime.runstate import RunStateError, load_run
+from ..runtime.tool import Tool
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
-from .durable import check_code, serving_store, stored_response
+from ..store.keys import KeyRing
+from .durable import serving_store, stored_response, tool_code_hash
 from .held import HeldRun
 from .holder import describe_holder, holder_alive
 from .results import describe_failure, error_result, result_of
 
 __all__ = [
     "Cancelled",
+    "MovedOnError",
     "RunsError",
     "cancel_run",
     "describe",
+    "end_run",
     "find_run",
+    "load_tools",
     "open_runs_store",
     "resume_run",
+    "saved_by",
     "source_text",
 ]
 
-ENDED = ("done", "failed", "cancelled")
+ENDED = ("done", "failed", "cancelled", "expired")
 SCAN = 100_000  # most runs a prefix is looked up among
 
 
@@ -54,9 +66,14 @@ class RunsError(BranchcError, ValueError):
     """What `branchc runs` cannot do, said in one line."""
 
 
-def open_runs_store(url: str | None) -> RunStore:
-    """The store `url` names; without one, the store `branchc serve --http` uses by default."""
-    store = serving_store(url, http=True)
+class MovedOnError(RunsError):
+    """A run another writer moved on (continued, ended, cancelled) while it was being ended here."""
+
+
+def open_runs_store(url: str | None, keys: KeyRing | None = None) -> RunStore:
+    """The store `url` names; without one, the store `branchc serve --http` uses by default. `keys`: the ring
+    its records are sealed with (default: `$BRANCHC_STATE_KEY`, else the key kept in the state folder)."""
+    store = serving_store(url, http=True, keys=keys)
     if store is None:
         raise RunsError("--store none names no store: there are no runs to look at; give a store URL")
     return store
@@ -100,6 +117,7 @@ def describe(record: RunRecord, now: float | None = None, *, sources: bool = Fal
     return {
         "run_id": record.run_id,
         "tool": record.tool,
+        "owner": record.owner,
         "status": record.status,
         "era": meta.era,
         "version": record.version,
@@ -131,9 +149,21 @@ class Cancelled:
     damaged: str = ""  # the record could not be read (StoreDataError): it was deleted, its cleanup never ran
 
 
-def cancel_run(store: RunStore, ident: str, *, force: bool = False) -> Cancelled:
+def load_tools(path: str | Path) -> dict[str, Tool]:
+    """The tools at `path` (sources or a build, as `branchc serve PATH` takes them): the only code `cancel`
+    and `resume` run. RunsError when they cannot be loaded."""
+    from .loading import ServeLoadError, load_served_tools
+
+    try:
+        return load_served_tools(path, warn=None)  # the compiler's warnings are serve's to show, not ours
+    except ServeLoadError as error:
+        raise RunsError(f"--tools {path}: {error}") from None
+
+
+def cancel_run(store: RunStore, ident: str, tools: Mapping[str, Tool], *, force: bool = False) -> Cancelled:
     """End the waiting run `ident` (an id or a unique prefix) as a server ends a cancelled call (see the
-    module's doc). A record so damaged that it cannot be read is deleted (what the store's error advises).
+    module's doc), with its tool from `tools` (`load_tools`: what the operator named, never what the record
+    names). A record so damaged that it cannot be read is deleted (what the store's error advises).
     `force`: also a run held by a process on another host, which this one cannot see."""
     try:
         record = find_run(store, ident)
@@ -142,21 +172,31 @@ def cancel_run(store: RunStore, ident: str, *, force: bool = False) -> Cancelled
             raise
         store.delete(error.run_id)
         return Cancelled(None, [], damaged=str(error))
-    run = record.run_id
-    _taken(record, force, "cancel", "there is nothing to cancel")
+    _taken(record, tools, force, "cancel", "there is nothing to cancel")
+    return end_run(record, store.checkpoint, "cancelled", {"cancelled": time.time()})
+
+
+def end_run(
+    record: RunRecord, write: Callable[..., RunRecord], status: str, note: dict[str, Any], **changes: Any
+) -> Cancelled:
+    """End the waiting run `record` (its tool's code loaded and checked by the caller): mark it `status` by the
+    compare-and-swap `write` (the store's checkpoint, or end_expired), its meta's extra given `note`, then, and
+    only if that won, halt it so its `finally` blocks run once, here. RunsError when another writer moved it
+    first: its cleanup is that writer's, and nothing runs here. `changes`: more of the write (a new expiry)."""
+    run, verb = record.run_id, "cancelled" if status == "cancelled" else "ended"
     try:
         _, machine = load_run(record.saved)
     except RunStateError as error:
-        raise RunsError(f"stored run {run!r} cannot be loaded to cancel it: {error}") from None
-    extra = {k: v for k, v in record.meta.extra.items() if k not in ("claim", "held")} | {"cancelled": time.time()}
+        raise RunsError(f"stored run {run!r} cannot be loaded to end it: {error}") from None
+    extra = {k: v for k, v in record.meta.extra.items() if k not in ("claim", "held")} | note
     meta = dataclasses.replace(record.meta, waits=(), pending=(), extra=extra)
     try:
-        ended = store.checkpoint(run, record.version, status="cancelled", saved="", meta=meta)
+        ended = write(run, record.version, status=status, saved="", meta=meta, **changes)
     except (StaleRunError, RunNotFoundError):
         machine.release()  # it goes on (or ended) elsewhere: its cleanup is not ours to run
-        raise RunsError(
+        raise MovedOnError(
             f"run {run!r} moved on meanwhile (a server continued, ended or cancelled it while it was being "
-            f"cancelled); nothing was cancelled: look at it again with `branchc runs show {run}`"
+            f"{verb}); nothing was {verb}: look at it again with `branchc runs show {run}`"
         ) from None
     failure: BaseException | None = None
     try:
@@ -166,9 +206,10 @@ def cancel_run(store: RunStore, ident: str, *, force: bool = False) -> Cancelled
     return Cancelled(ended, machine.take_outbox(), failure)
 
 
-def _taken(record: RunRecord, force: bool, verb: str, ended: str) -> Any:
-    """The tool of the waiting run `record`, checked fit to `verb` (cancel, resume) here: not ended (`ended`
-    says why that refuses it), not being answered or held elsewhere (unless `force`), saved by this code."""
+def _taken(record: RunRecord, tools: Mapping[str, Tool], force: bool, verb: str, ended: str) -> Any:
+    """The tool of the waiting run `record` in `tools`, checked fit to `verb` (cancel, resume) here: not ended
+    (`ended` says why that refuses it), not being answered or held elsewhere (unless `force`), saved by the
+    code `tools` holds."""
     run = record.run_id
     if record.status in ENDED:
         raise RunsError(f"run {run!r} has ended ({record.status}): {ended}")
@@ -176,9 +217,7 @@ def _taken(record: RunRecord, force: bool, verb: str, ended: str) -> Any:
     if not record.saved:
         raise RunsError(f"run {run!r} holds no saved run to {verb}")
     _check_not_held(record, force, verb)
-    tool = _tool(record)
-    check_code(run, record.meta, tool)
-    return tool
+    return _tool(record, tools)
 
 
 def _check_not_answered(record: RunRecord, force: bool, what: str) -> None:
@@ -230,15 +269,17 @@ async def resume_run(
     store: RunStore,
     ident: str,
     client: Client,
+    tools: Mapping[str, Tool],
     *,
     force: bool = False,
     on_event: Callable[[Event], None] | None = None,
 ) -> Resumed:
-    """Continue the waiting run `ident` (an id or a unique prefix) here, to its end, asking `client` what it
-    waits for (see the module's doc). RunsError when it cannot be taken; what the run ends with otherwise."""
+    """Continue the waiting run `ident` (an id or a unique prefix) here, to its end, with its tool from `tools`
+    (`load_tools`), asking `client` what it waits for (see the module's doc). RunsError when it cannot be
+    taken; what the run ends with otherwise."""
     record = find_run(store, ident)
     run = record.run_id
-    tool = _taken(record, force, "resume", "only a waiting run can be resumed")
+    tool = _taken(record, tools, force, "resume", "only a waiting run can be resumed")
     held = HeldRun(store, tool, record.meta.era, record=record)
     try:
         await held.take()
@@ -267,21 +308,35 @@ async def resume_run(
     return Resumed(held.record, value)
 
 
-def _tool(record: RunRecord) -> Any:
-    run, build = record.run_id, record.meta.extra.get("build")
-    if not isinstance(build, str) or not build:
-        raise RunsError(f"run {run!r} names no build folder its tool was served from, so it cannot be loaded here")
-    if not (Path(build) / "branchc.json").is_file():
+def saved_by(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
+    """The run's tool from `tools`, the code that saved it; RunsError naming the run and the fix otherwise."""
+    return _tool(record, tools)
+
+
+def _tool(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
+    """The run's tool from `tools`, refused unless it is the code that saved the run (the record's code hash,
+    which its seal vouches for); the build the record names is only shown, never loaded."""
+    run = record.run_id
+    build = record.meta.extra.get("build")
+    served = f" (it was served from {build})" if isinstance(build, str) and build else ""
+    tool = tools.get(record.tool)
+    if tool is None:
+        have = ", ".join(sorted(tools)) or "none"
         raise RunsError(
-            f"run {run!r} was saved from the build {build}, which is gone; serve its tool again (the same code) "
-            f"to rebuild it, or let the run expire"
+            f"run {run!r} is a run of the tool {record.tool!r}, which the tools given (--tools) do not have (they "
+            f"have: {have}); give the sources or build it was served from{served}"
         )
-    try:
-        loaded = import_build(Path(build))
-    except CompiledLoadError as error:
-        raise RunsError(f"run {run!r}: its build {build} cannot be loaded: {error}") from None
-    if errors := loaded.errors:
-        raise RunsError(f"run {run!r}: its build {build} cannot be loaded: {errors[0]}")
-    if record.tool not in loaded.tools:
-        raise RunsError(f"run {run!r}: its build {build} has no tool {record.tool!r} any more")
-    return loaded.tools[record.tool]
+    saved_by = record.meta.code_hash
+    if not saved_by:
+        raise RunsError(
+            f"run {run!r} does not say which code saved it (its record has no code hash), so no tools can be "
+            f"checked against it: it cannot be loaded here"
+        )
+    here = tool_code_hash(tool)
+    if saved_by != here:
+        raise RunsError(
+            f"stored run {run!r} of tool {record.tool!r} was saved by another build (code hash {saved_by}) than the "
+            f"tools given load (code hash {here}): the tool's code changed since the run was saved; give --tools "
+            f"the sources or build it was served from{served}"
+        )
+    return tool

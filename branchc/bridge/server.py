@@ -36,14 +36,18 @@ from ..runtime.limits import Limits
 from ..runtime.messages import SampleResult
 from ..runtime.tool import Tool
 from ..store.base import RunStore
+from ..store.keys import KeyRing
 from ..workflows.runtime import workflow_of
+from .auth import current_principal
 from .backchannel import BackchannelClient, client_capabilities
 from .connection import connection_gone, ends_with_connection
 from .durable import DurableRounds, store_guided_runs, stored_response
+from .expiry import attach_sweeper
 from .guided import RESUME_TOOL, GuidedRuns, MemoryWaitingRuns, guided_output_schema, resume_tool
 from .held import HeldRun
 from .loglevel import set_logging_level
 from .provider import ChatCompletionsProvider, SamplingMode
+from .quotas import CallSlots, QuotaError, RunCaps, run_caps
 from .results import describe_failure, error_result, result_of
 from .rounds import missing_capability, run_round
 from .settings import ServeSettings
@@ -70,6 +74,8 @@ class Bridge:
         store: RunStore | None = None,
         state_ttl: float = 600,
         executor: Executor | None = None,
+        caps: RunCaps | None = None,
+        call_slots: CallSlots | None = None,
     ) -> None:
         if sampling != "client" and provider is None:
             raise ValueError(f"sampling={sampling!r} needs a provider: give the model endpoint's URL and model")
@@ -84,7 +90,8 @@ class Bridge:
         self.guided = (guided_runs or GuidedRuns()) if guided or self.workflows else None
         self.answer_timeout = answer_timeout  # seconds a client may take to answer a sample or form (None: no limit)
         self.store = store  # 2026-07-28 rounds checkpointed there, request_state a run reference (durable.py)
-        self.durable = DurableRounds(store, ttl=state_ttl) if store is not None else None
+        self.durable = DurableRounds(store, ttl=state_ttl, caps=caps) if store is not None else None
+        self.call_slots = call_slots  # calls at once per principal (quotas.py); None: no cap
         self.executor = executor  # where sub-branch steps run (branchc.executors); None: in this process
         if guided and RESUME_TOOL in self.tools:
             raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
@@ -135,6 +142,18 @@ class Bridge:
         return schema
 
     async def call_tool(
+        self, ctx: ServerRequestContext, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The call, in its era; refused when its principal has as many calls in progress as it may."""
+        if self.call_slots is None:
+            return await self._call_tool(ctx, params)
+        try:
+            with self.call_slots.slot(current_principal()):
+                return await self._call_tool(ctx, params)
+        except QuotaError as error:
+            return error_result(str(error))
+
+    async def _call_tool(
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         if self.guided is not None:
@@ -212,16 +231,17 @@ class _WatchedClient(BackchannelClient):
 
 
 EPHEMERAL_KEY_WARNING = (
-    "branchc serve: no --state-key (or BRANCHC_STATE_KEY) given: request_state is sealed with a key of this "
-    "process only, so a round can only be continued by this process; replicas need one shared key"
+    "branchc: no state key given: request_state is sealed with a key of this process only, so a round can only "
+    "be continued by this process; replicas need one shared key (--state-key, or BRANCHC_STATE_KEY)"
 )
 
 
-def state_security(key: str | None, ttl: float = 600, *, warn: bool = True) -> RequestStateSecurity:
-    """Sealing for `request_state`: the configured key, else a key of this process only (`warn`: say
-    so on stderr); a round must be continued within `ttl` seconds."""
-    if key:
-        return RequestStateSecurity(keys=[key], ttl=ttl)
+def state_security(keys: KeyRing | None, ttl: float = 600, *, warn: bool = True) -> RequestStateSecurity:
+    """Sealing for `request_state`: under the state key ring (the SDK derives a key of its own from each
+    secret, apart from the stores'), else a key of this process only (`warn`: say so on stderr); a round
+    must be continued within `ttl` seconds. With authentication the SDK binds each state to its principal."""
+    if keys is not None:
+        return RequestStateSecurity(keys=list(keys.secrets), ttl=ttl)
     if warn:
         print(EPHEMERAL_KEY_WARNING, file=sys.stderr)
     return RequestStateSecurity.ephemeral(ttl=ttl)
@@ -236,6 +256,7 @@ def create_server(
     store: RunStore | None = None,
     guided_store: RunStore | None = None,
     executor: Executor | None = None,
+    keys: KeyRing | None = None,
     **given: Any,
 ) -> Server:
     """The lowlevel SDK server for `tools`, with the request-state boundary in place, as `settings` say
@@ -252,9 +273,13 @@ def create_server(
 
     `executor` (a `concurrent.futures.Executor`, `branchc.executors.open_executor(spec)`): the steps of
     sub-branches run there, in parallel, in every era; the caller shuts it down. None: in this process.
-    `provider`: who answers samples when `sampling` is not "client" (else one is made from `provider_url`)."""
+    `provider`: who answers samples when `sampling` is not "client" (else one is made from `provider_url`).
+    `keys` (a KeyRing, `settings.key_ring()`): what seals `request_state` (and what `store` was opened with);
+    default: `state_key`'s keys, else a key of this process only."""
     settings = ServeSettings.load(**given) if settings is None else settings.with_changes(**given)
-    name, state_key, state_ttl = settings.name, settings.state_key_text, settings.state_ttl
+    name, state_ttl = settings.name, settings.state_ttl
+    if keys is None and settings.state_key_text is not None:
+        keys = KeyRing.parse(settings.state_key_text)
     guided = settings.guided
     if provider is None and settings.sampling != "client":
         provider = settings.provider()
@@ -278,6 +303,8 @@ def create_server(
         store=store,
         state_ttl=state_ttl,
         executor=executor,
+        caps=run_caps(store, settings),
+        call_slots=CallSlots(settings.principal_max_calls),
     )
     with warnings.catch_warnings():  # logging is deprecated in 2026-07-28 (SEP-2577), yet the handshake era has it
         warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -291,8 +318,10 @@ def create_server(
         )
     # without a key only this process can continue a round: that matters where replicas may share one address,
     # so serve_http warns of it (transport.py); on stdio one process serves its one client anyway
-    security = state_security(state_key, state_ttl, warn=False)
+    security = state_security(keys, state_ttl, warn=False)
     server.middleware.append(RequestStateBoundary(security, default_audience=name))
+    server.state_keys = keys  # type: ignore[attr-defined]  # None: serve_http warns that only this process can continue
     server.bridge = bridge  # type: ignore[attr-defined]
+    attach_sweeper(server, bridge)  # expired waiting runs are ended, once, while the server runs (expiry.py)
     server.settings = settings  # type: ignore[attr-defined]  # what serve_http reads: auth, hosts, HTTP limits
     return server

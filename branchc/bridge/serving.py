@@ -39,12 +39,13 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
     tools = load_served_tools(path, guided=settings.guided)
     store = executor = engine = None
     try:
-        store = serving_store(settings.store, http=settings.http is not None)
+        keys = settings.key_ring()  # one ring seals request_state, the store's records and the workers' steps
+        store = serving_store(settings.store, http=settings.http is not None, keys=keys)
         try:
-            executor = open_executor(spec)
+            executor = open_executor(spec, key=keys.secrets[0])
         except ExecutorSpecError as error:
             raise SettingsError(f"--executor {spec}: {error}") from None
-        server = create_server(tools, settings, store=store, executor=executor)
+        server = create_server(tools, settings, store=store, executor=executor, keys=keys)
         if settings.result_handlers:
             engine = _handler_engine(settings)
             add_result_handlers(server, engine)

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from ..errors import BranchcError
 
 if TYPE_CHECKING:
+    from ..store.keys import KeyRing
     from .provider import ChatCompletionsProvider
 
 __all__ = ["LOOPBACK", "PANELS", "ServeSettings", "SettingsError", "is_loopback"]
@@ -75,12 +76,26 @@ class ServeSettings(BaseSettings):
 
     # -- state ----------------------------------------------------------------------------------------------
     state_key: SecretStr | None = None
-    """Secret (32+ bytes) that seals request_state and stored runs; replicas serving one client share it."""
+    """Secret(s) (32+ bytes each) that seal request_state and stored runs: KEY, or NEW,OLD while keys rotate
+    (the first seals, all open). Replicas share them. Default: a key made once in $BRANCHC_STATE_DIR/state.key."""
     state_ttl: float = Field(600, gt=0)
     """Seconds a round's request_state stays good."""
     store: str | None = None
     """Where runs wait between rounds: sqlite:///runs.db, redis://HOST:PORT/0, or none (request_state carries
     the whole run). Default: HTTP, runs.db in $BRANCHC_STATE_DIR (~/.local/state/branchc); stdio, none."""
+
+    max_runs: int = Field(10_000, ge=1)
+    """With a store: most runs it holds waiting at once (every era, every caller); a new 2026-07-28 run past
+    it is refused."""
+    max_runs_mb: float = Field(1024, ge=0.001)
+    """With a store: most MiB of saved state its waiting runs hold at once."""
+    principal_max_runs: int = Field(100, ge=1)
+    """With a store: most 2026-07-28 runs one caller may have waiting (all unauthenticated callers count as
+    one)."""
+    principal_max_mb: float = Field(64, ge=0.001)
+    """With a store: most MiB of saved state one caller's waiting 2026-07-28 runs hold."""
+    principal_max_calls: int = Field(32, ge=1)
+    """Most calls one authenticated caller may have in progress at once; more are refused."""
 
     # -- who answers ---------------------------------------------------------------------------------------
     sampling: Literal["client", "provider", "auto"] = "client"
@@ -149,6 +164,15 @@ class ServeSettings(BaseSettings):
     def _blank_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("state_key")
+    @classmethod
+    def _key_ring(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            from ..store.keys import KeyRing
+
+            KeyRing.parse(value.get_secret_value())  # a StoreKeyError (a ValueError) says what is wrong and the fix
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.sampling != "client" and (not self.provider_url or not self.provider_model):
@@ -176,6 +200,14 @@ class ServeSettings(BaseSettings):
     def state_key_text(self) -> str | None:
         return self.state_key.get_secret_value() if self.state_key is not None else None
 
+    def key_ring(self) -> KeyRing:
+        """The state keys: --state-key's (the sealing one first), else the key kept in the state folder
+        ($BRANCHC_STATE_DIR/state.key, made there once, mode 0600), so a restarted server opens what it sealed."""
+        from ..store.keys import state_keys
+        from .durable import state_dir
+
+        return state_keys(self.state_key_text, state_dir())
+
     def provider(self) -> ChatCompletionsProvider:
         """The model endpoint `--sampling provider|auto` asks."""
         from .provider import ChatCompletionsProvider
@@ -201,7 +233,8 @@ class ServeSettings(BaseSettings):
 
 _GROUPS = {
     "Who may call (HTTP)": "auth_tokens auth_jwks auth_issuer auth_audience public_url allow_anonymous allowed_hosts",
-    "Runs and their state": "state_key state_ttl store",
+    "Runs and their state": "state_key state_ttl store max_runs max_runs_mb principal_max_runs principal_max_mb "
+    "principal_max_calls",
     "Who answers": "sampling provider_url provider_model provider_key guided guided_ttl guided_max_runs "
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",

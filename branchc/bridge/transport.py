@@ -49,7 +49,7 @@ async def serve_http(server: Server, settings: ServeSettings, token_verifier: To
     within `--request-timeout` seconds, and past `--max-connections` connections requests get 503. A token
     file is read again on SIGHUP."""
     _quiet()
-    if settings.state_key is None:
+    if getattr(server, "state_keys", None) is None:
         print(EPHEMERAL_KEY_WARNING, file=sys.stderr)
     host, port = settings.host_port or ("127.0.0.1", 8000)
     max_message_size = int(settings.max_message_mb * 2**20)

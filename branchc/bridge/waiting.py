@@ -7,7 +7,8 @@ it keeps its place (count and bytes); `keep(..., taken=)` deletes that record an
 under a new id; `release` deletes it; `put_back` makes it "waiting" again. The caps count every run of
 the store in those two statuses, so give guided runs a store of their own (a file, or a Redis prefix).
 Across replicas the caps are checked, then written: two starts racing on the last slot may both fit.
-A taken run keeps its expiry: a round that outlasts it loses its place.
+A taken run is claimed by the taking process, and kept at least expiry.LEASE seconds more, so the sweeper
+does not end it mid-round (expiry.py); put back, it has its own expiry again.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import dataclasses
 import time
 
 from ..store.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError
+from .expiry import LEASE
 from .guided import DEFAULT_MAX_RUN_BYTES, GuidedFullError, GuidedRunTooLargeError, WaitingRun
+from .holder import holder
 
 __all__ = ["StoreWaitingRuns"]
 
 HELD = ("waiting", "running")
+ERA = "guided"  # what a guided run's record says of its era: only such a record is taken by a state id
 
 
 class StoreWaitingRuns:
@@ -86,36 +90,44 @@ class StoreWaitingRuns:
                     f"runs hold {held}, past the most it holds (--guided-max-mb, {self.max_bytes} bytes); "
                     f"the run cannot wait for more answers and was ended; call the tool again to start over"
                 )
-        record = RunRecord.new(run.tool, run.saved, ttl=0, meta=run.meta or RunMeta(era="guided"))
+        meta = run.meta or RunMeta(era=ERA)
+        record = RunRecord.new(run.tool, run.saved, ttl=0, meta=meta, owner=run.owner)
         self.store.create(dataclasses.replace(record, expires=run.expires))
         return record.run_id
 
-    def take(self, ident: str) -> WaitingRun | None:
+    def take(self, ident: str, owner: str | None = None) -> WaitingRun | None:
         self.sweep()
         record = self.store.load(ident)
-        if record is None or record.status != "waiting" or record.meta.extra.get("held"):
-            return None  # unknown, expired, taken, or being continued by `branchc runs resume`
-        try:
-            self.store.checkpoint(ident, record.version, status="running")
+        if record is None or record.meta.era != ERA or record.owner != owner:
+            return None  # unknown or expired; not a guided run's (a run id is not a state id); another's
+        if record.status != "waiting" or record.meta.extra.get("held"):
+            return None  # taken, or being continued by `branchc runs resume`
+        try:  # claimed by this process, for a while past its expiry if need be (expiry.py: never ended mid-round)
+            claimed = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": holder()})
+            expires = max(record.expires, time.time() + LEASE)
+            self.store.checkpoint(ident, record.version, status="running", meta=claimed, expires=expires)
         except (StaleRunError, RunNotFoundError):
             return None  # another process or replica took it first
-        return WaitingRun(record.tool, record.saved, record.expires, record.meta)
+        return WaitingRun(record.tool, record.saved, record.expires, record.meta, record.owner)
 
     def put_back(self, ident: str, run: WaitingRun) -> None:
         record = self.store.load(ident)
         if record is None:
             if run.expires > time.time():
-                made = RunRecord.new(run.tool, run.saved, ttl=0, run_id=ident, meta=run.meta or RunMeta(era="guided"))
+                meta = run.meta or RunMeta(era=ERA)
+                made = RunRecord.new(run.tool, run.saved, ttl=0, run_id=ident, meta=meta, owner=run.owner)
                 self.store.create(dataclasses.replace(made, expires=run.expires))
             return
-        self.store.checkpoint(ident, record.version, status="waiting", saved=run.saved)
+        meta = {"meta": run.meta} if run.meta is not None else {}  # as it was taken: unclaimed, its own expiry
+        self.store.checkpoint(ident, record.version, status="waiting", saved=run.saved, expires=run.expires, **meta)
 
     def release(self, ident: str) -> None:
         self._end(ident)
 
     def _end(self, ident: str) -> int | None:
-        """End the reservation of the run taken under `ident`: its size, or None when it had none."""
-        record = self.store.load(ident)
+        """End the reservation of the run taken under `ident`: its size, or None when it had none. Even past its
+        expiry: its round settled it, so no sweeper may end it afterwards (expiry.py)."""
+        record = self.store.load(ident, expired=True)
         if record is None or record.status != "running":
             return None
         try:

@@ -1,7 +1,8 @@
 """Continuation stores: suspended runs at rest, shared by processes and replicas.
 
-`open_store(url)` opens one (sqlite:///PATH, redis://HOST:PORT/DB, or none); base.py holds the record
-(`RunRecord`, `RunMeta`), the `RunStore` protocol and the errors. The backends load on demand, so
+`open_store(url, keys)` opens one (sqlite:///PATH, redis://HOST:PORT/DB, or none); base.py holds the record
+(`RunRecord`, `RunMeta`), the `RunStore` protocol and the errors; keys.py the `KeyRing` every record is
+sealed with and `state_keys`, which finds it; sealed.py the sealed layout. The backends load on demand, so
 importing this package needs neither the redis client nor a database. The stores know nothing of
 serving: guided mode's waiting runs in a store are the bridge's `StoreWaitingRuns` (bridge/waiting.py).
 """
@@ -9,6 +10,7 @@ serving: guided mode's waiting runs in a store are the bridge's `StoreWaitingRun
 from .base import (
     RECORD_FORMAT,
     STATUSES,
+    Rekeyed,
     RunExistsError,
     RunMeta,
     RunNotFoundError,
@@ -23,11 +25,14 @@ from .base import (
     WaitPoint,
     new_run_id,
 )
+from .keys import KeyRing, StoreKeyError, state_keys
 from .url import open_store
 
 __all__ = [
     "RECORD_FORMAT",
     "STATUSES",
+    "KeyRing",
+    "Rekeyed",
     "RunExistsError",
     "RunMeta",
     "RunNotFoundError",
@@ -36,10 +41,12 @@ __all__ = [
     "StaleRunError",
     "StoreDataError",
     "StoreError",
+    "StoreKeyError",
     "StoreURLError",
     "StoreUnavailableError",
     "Usage",
     "WaitPoint",
     "new_run_id",
     "open_store",
+    "state_keys",
 ]

@@ -2,9 +2,11 @@
 
 A store holds one record per run: its id, tool, status, the saved run (`runstate.dump_run`'s text),
 a version bumped by every write (so a write is a compare-and-swap on it), wall-clock times (epoch
-seconds) and metadata (`RunMeta`). Backends (sqlite.py, redis.py) keep the same layout and check
-what they load the same way: a record whose fields or metadata were damaged (a row edited by hand, a
-truncated value) is a `StoreDataError` naming the run and the field, never a half-loaded record.
+seconds), metadata (`RunMeta`) and its owner (the principal that started it, or None). Backends
+(sqlite.py, redis.py) keep the same layout, sealed with the state key (sealed.py: what is sealed, what
+stays in clear and how it is bound), and check what they load the same way: a record edited, truncated,
+moved onto another run or sealed with a key the store does not hold is a `StoreDataError` naming the run,
+raised before anything of it is decoded, never a half-loaded record.
 
 The API is synchronous; an async caller runs it in a worker thread (`anyio.to_thread.run_sync`).
 Every backend is safe to share between threads and between processes.
@@ -23,13 +25,16 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from ..errors import BranchcError
 
 __all__ = [
+    "ENDING_GRACE",
     "RECORD_FORMAT",
     "STATUSES",
+    "UNENDED",
     "RunExistsError",
     "RunMeta",
     "RunNotFoundError",
     "RunRecord",
     "RunStore",
+    "Rekeyed",
     "StaleRunError",
     "StoreDataError",
     "StoreError",
@@ -40,10 +45,16 @@ __all__ = [
     "new_run_id",
 ]
 
-RECORD_FORMAT = 1  # the layout of a stored record (fields and metadata); a record of another one is refused
-STATUSES = ("waiting", "running", "done", "failed", "cancelled")
+RECORD_FORMAT = 2  # the layout of a stored record (sealed.py); a record of another one is refused (1: not sealed)
+STATUSES = ("waiting", "running", "done", "failed", "cancelled", "expired")
+# A run of these statuses has not ended: its `finally` blocks have not run. When it expires, its record is kept
+# ENDING_GRACE seconds more (invisible to every read but `expired` and `load(..., expired=True)`), so that a
+# server's sweeper or `branchc runs gc --tools` can end it, once (`end_expired`), in the code that saved it.
+UNENDED = ("waiting", "running")
+ENDING_GRACE = 7 * 86400.0
 CHANGEABLE = frozenset({"status", "saved", "meta", "expires"})
 MAX_ID = 200
+MAX_OWNER = 1000
 
 
 class StoreError(BranchcError):
@@ -222,7 +233,8 @@ def new_run_id() -> str:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run at rest. `version` starts at 1 and every write bumps it; times are epoch seconds."""
+    """One run at rest. `version` starts at 1 and every write bumps it; times are epoch seconds; `owner` is
+    the principal that started the run (None: no one authenticated), set when it is created."""
 
     run_id: str
     tool: str
@@ -233,6 +245,7 @@ class RunRecord:
     updated: float
     expires: float
     meta: RunMeta = field(default_factory=RunMeta)
+    owner: str | None = None
 
     @classmethod
     def new(
@@ -245,10 +258,11 @@ class RunRecord:
         meta: RunMeta | None = None,
         run_id: str | None = None,
         now: float | None = None,
+        owner: str | None = None,
     ) -> RunRecord:
         """A record for `create`: a fresh unguessable id unless given, version 1, expiring `ttl` s from now."""
         now = time.time() if now is None else now
-        record = cls(run_id or new_run_id(), tool, status, saved, 1, now, now, now + ttl, meta or RunMeta())
+        record = cls(run_id or new_run_id(), tool, status, saved, 1, now, now, now + ttl, meta or RunMeta(), owner)
         record.check()
         return record
 
@@ -266,6 +280,14 @@ class RunRecord:
         check_changes({"status": self.status, "saved": self.saved, "meta": self.meta, "expires": self.expires})
         if type(self.version) is not int or self.version < 1:
             raise ValueError(f"a run's version is an integer >= 1, not {self.version!r}")
+        if self.owner is not None and (type(self.owner) is not str or not 0 < len(self.owner) <= MAX_OWNER):
+            raise ValueError(
+                f"a run's owner is None or a non-empty string of at most {MAX_OWNER} characters, not {self.owner!r:.80}"
+            )
+        for name in ("created", "updated"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not math.isfinite(value):
+                raise ValueError(f"a run's {name} time is a finite time in epoch seconds, not {value!r}")
 
 
 def check_changes(changes: dict[str, Any]) -> None:
@@ -284,52 +306,30 @@ def check_changes(changes: dict[str, Any]) -> None:
             raise ValueError(f"a run's expiry is a finite time in epoch seconds, not {expires!r}")
 
 
-def digest(saved: str) -> str:
-    """The check stored beside a saved run, so a truncated or edited one is caught on load."""
-    return hashlib.blake2b(saved.encode(), digest_size=16).hexdigest()
+class Rekeyed(NamedTuple):
+    """What `rekey` did: runs sealed anew with the first key, runs that were already, and the runs it could not
+    open (each a StoreDataError naming the run: sealed with a key the ring lacks, or damaged)."""
+
+    resealed: int
+    current: int
+    refused: tuple[StoreDataError, ...]
 
 
-def checked_record(run_id: str, raw: dict[str, Any]) -> RunRecord:
-    """The record from a backend's raw fields (already parsed to Python values where the backend can), each
-    checked; any damage is a StoreDataError naming the run and the field. Raw keys: fmt, tool, status,
-    saved, digest, size, version, created, updated, expires, meta."""
+class _Anyone:
+    """The `owner` of `RunStore.usage` that counts every run, whoever started it (None is the anonymous one)."""
 
-    def need(name: str, kinds: tuple[type, ...], what: str) -> Any:
-        value = raw.get(name)
-        if type(value) not in kinds:
-            shown = "missing" if value is None else f"is {value!r:.60}"
-            raise StoreDataError.bad_field(run_id, name, f"{shown}, not {what}")
-        return value
+    __slots__ = ()
 
-    fmt = need("fmt", (int,), "an integer")
-    if fmt != RECORD_FORMAT:
-        raise StoreDataError.bad_field(
-            run_id, "fmt", f"says record format {fmt}, and this branchc reads format {RECORD_FORMAT}"
-        )
-    tool = need("tool", (str,), "a string")
-    status = need("status", (str,), "a string")
-    if status not in STATUSES:
-        raise StoreDataError.bad_field(run_id, "status", f"is {status!r}, not one of {', '.join(STATUSES)}")
-    saved = need("saved", (str,), "text")
-    size = need("size", (int,), "an integer")
-    encoded = saved.encode()
-    if len(encoded) != size:
-        raise StoreDataError.bad_field(
-            run_id, "saved", f"is {len(encoded)} bytes where {size} were written (truncated or edited)"
-        )
-    if hashlib.blake2b(encoded, digest_size=16).hexdigest() != need("digest", (str,), "a string"):
-        raise StoreDataError.bad_field(run_id, "saved", "does not match its digest (edited or damaged)")
-    version = need("version", (int,), "an integer")
-    if version < 1:
-        raise StoreDataError.bad_field(run_id, "version", f"is {version}, not >= 1")
-    times = []
-    for name in ("created", "updated", "expires"):
-        value = need(name, (int, float), "a time in epoch seconds")
-        if not math.isfinite(value):
-            raise StoreDataError.bad_field(run_id, name, f"is {value}, not a finite time")
-        times.append(float(value))
-    meta = RunMeta.from_json(run_id, raw.get("meta"))
-    return RunRecord(run_id, tool, status, saved, version, times[0], times[1], times[2], meta)
+    def __repr__(self) -> str:
+        return "ANYONE"
+
+
+ANYONE = _Anyone()
+
+
+def owner_tag(owner: str | None) -> str:
+    """What a backend indexes an owner by: a fixed-size digest of its name ("-": no owner)."""
+    return "-" if owner is None else hashlib.sha1(owner.encode(), usedforsecurity=False).hexdigest()
 
 
 class Usage(NamedTuple):
@@ -349,8 +349,10 @@ class RunStore(Protocol):
     def create(self, record: RunRecord) -> RunRecord:
         """Store a new run (its version is 1); RunExistsError when the id is taken."""
 
-    def load(self, run_id: str) -> RunRecord | None:
-        """The run, checked (StoreDataError when damaged); None when unknown or expired."""
+    def load(self, run_id: str, *, min_version: int | None = None, expired: bool = False) -> RunRecord | None:
+        """The run, checked (StoreDataError when damaged); None when unknown or expired. `min_version`: the
+        version a handle to the run expects at least; an older one was put back, and is a StoreDataError.
+        `expired`: also an unended run that expired and is kept to be ended."""
 
     def checkpoint(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
         """Atomically write `changes` (status, saved, meta, expires) if the run is still at
@@ -364,11 +366,27 @@ class RunStore(Protocol):
         """Runs, newest (last updated) first, optionally of one status and/or tool."""
 
     def gc(self, now: float | None = None) -> int:
-        """Remove the runs expired at `now` (default: the time now); how many."""
+        """Remove the runs expired at `now` (default: the time now) that need no ending: ended ones, and unended
+        ones (UNENDED) only ENDING_GRACE seconds past their expiry (nobody ended them: their cleanup never ran).
+        How many."""
 
-    def usage(self, *statuses: str) -> Usage:
-        """Count and saved bytes of the live runs of `statuses` (all runs when none given). It may remove
-        expired runs as `gc` does (Redis does, to keep its counters exact)."""
+    def expired(self, now: float | None = None, limit: int = 100) -> list[str]:
+        """The ids of the unended runs that expired by `now` and are kept to be ended, soonest expired first."""
+
+    def end_expired(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
+        """`checkpoint` of an unended run that expired (and is kept): atomically, only while it is at
+        `expected_version`, expired and unended, so of several enders (replicas, `runs gc`) exactly one wins.
+        `changes` end it (an ended status and a new expiry: it is then kept until that one, for `runs show`).
+        StaleRunError when another writer moved it first, RunNotFoundError when it is gone or not expired."""
+
+    def usage(self, *statuses: str, owner: str | _Anyone | None = ANYONE) -> Usage:
+        """Count and saved bytes of the live runs of `statuses` (all runs when none given), of `owner` (None:
+        the runs no one authenticated started; by default everyone's). It may remove expired runs as `gc`
+        does (Redis does, to keep its counters exact)."""
+
+    def rekey(self) -> Rekeyed:
+        """Seal every live run that is not sealed with the ring's first key with it, each by a compare-and-swap
+        that keeps its version (so a server writing it meanwhile loses nothing, and wins)."""
 
     def close(self) -> None:
         """Let go of connections; the store is not used after."""

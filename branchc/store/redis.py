@@ -1,12 +1,15 @@
 """The continuation store on Redis, for replicas on several hosts.
 
-Layout under a key prefix (default "branchc:"): a hash per run (`PREFIX run:ID`, the record's fields,
-expiring at the run's expiry by PEXPIREAT), and indexes the list and the caps read: `PREFIX exp` (id by
+Layout under a key prefix (default "branchc:"): a hash per run (`PREFIX run:ID`, the record's fields as
+sealed.py lays them out: the clear columns as canonical text, the sealed head and body as bytes; expiring
+at the run's expiry by PEXPIREAT), and indexes the list and the caps read: `PREFIX exp` (id by
 expiry, what gc sweeps), `PREFIX upd` (id by last write, newest first), `PREFIX info` (id -> "status
-size") and `PREFIX usage` (count and bytes per status). Every write is one Lua script, so a checkpoint's
-compare-and-swap on the version and the indexes change atomically together; an expired run is gone for
-readers at once (Redis drops its hash) and leaves the indexes at the next gc or usage. One Redis
-database, not Redis Cluster (the scripts touch keys they compute).
+size") and `PREFIX usage` (count and bytes per status), and `PREFIX end` (id by expiry: the unended runs
+that expired, kept ENDING_GRACE seconds more, out of the counts, to be ended). Every write is one Lua
+script, so a checkpoint's compare-and-swap on the version and the indexes change atomically together; an
+expired run is gone for readers at once and leaves the indexes at the next gc or usage (an unended one's
+hash is kept, and dropped by Redis ENDING_GRACE seconds later). One Redis database, not Redis Cluster
+(the scripts touch keys they compute).
 
 A server that cannot be reached (down, restarting) gives a StoreUnavailableError; the client reconnects
 by itself when it is back. It needs the redis package (`pip install 'branchc[redis]'`): without it,
@@ -29,52 +32,89 @@ except ImportError as error:
     raise missing_extra("redis", error) from None
 
 from .base import (
+    ANYONE,
+    ENDING_GRACE,
+    UNENDED,
+    Rekeyed,
     RunExistsError,
-    RunNotFoundError,
     RunRecord,
-    StaleRunError,
     StoreDataError,
     StoreUnavailableError,
     Usage,
-    check_changes,
-    checked_record,
-    digest,
+    _Anyone,
+    owner_tag,
+)
+from .keys import KeyRing
+from .sealed import (
+    Heads,
+    Sealed,
+    checkpoint_sealed,
+    open_record,
+    rekey_sealed,
+    sealed_head,
+    stale_or_older,
+    store_keys,
 )
 
 __all__ = ["RedisStore"]
 
-FIELDS = ("fmt", "tool", "status", "saved", "digest", "size", "version", "created", "updated", "expires", "meta")
-INTS = frozenset({"fmt", "size", "version"})
-FLOATS = frozenset({"created", "updated", "expires"})
+FIELDS = ("fmt", "tool", "status", "owner", "version", "created", "updated", "expires", "size", "key", "head", "body")
+HEAD_FIELDS = FIELDS[:-1]
 
-# KEYS: run, exp, upd, info, usage. Shared helpers of every script.
-PRELUDE = """
+# KEYS: run, exp, upd, info, usage, end. Shared helpers of every script. An unended run (waiting, running) that
+# expired is kept GRACE seconds (base.ENDING_GRACE) to be ended: its hash expires that much later, and the sweep
+# moves it from `exp` to `end` (and out of the usage counts) instead of forgetting it.
+PRELUDE = f"local GRACE = {ENDING_GRACE!r}\n"
+PRELUDE += """
+local function kept(key, exp, now)
+  local status = redis.call('HGET', key, 'status')
+  return (status == 'waiting' or status == 'running') and tonumber(exp) > tonumber(now) - GRACE
+end
+local function count(status, owner, n, size)
+  redis.call('HINCRBY', KEYS[5], 'n:' .. status, n)
+  redis.call('HINCRBY', KEYS[5], 'b:' .. status, size)
+  redis.call('HINCRBY', KEYS[5], 'n:' .. status .. ':' .. owner, n)
+  redis.call('HINCRBY', KEYS[5], 'b:' .. status .. ':' .. owner, size)
+end
 local function unaccount(id)
   local info = redis.call('HGET', KEYS[4], id)
   if info then
-    local status, size = string.match(info, '^(%S+) (%d+)$')
-    if status then
-      redis.call('HINCRBY', KEYS[5], 'n:' .. status, -1)
-      redis.call('HINCRBY', KEYS[5], 'b:' .. status, -tonumber(size))
-    end
+    local status, size, owner = string.match(info, '^(%S+) (%d+) (%S+)$')
+    if status then count(status, owner, -1, -tonumber(size)) end
     redis.call('HDEL', KEYS[4], id)
   end
 end
 local function account(id, status, size)
-  redis.call('HSET', KEYS[4], id, status .. ' ' .. size)
-  redis.call('HINCRBY', KEYS[5], 'n:' .. status, 1)
-  redis.call('HINCRBY', KEYS[5], 'b:' .. status, tonumber(size))
+  local owner = redis.call('HGET', KEYS[1], 'owner')  -- the record's, counted by its digest (base.owner_tag)
+  owner = owner and redis.sha1hex(owner) or '-'
+  redis.call('HSET', KEYS[4], id, status .. ' ' .. size .. ' ' .. owner)
+  count(status, owner, 1, tonumber(size))
 end
 local function forget(id, key)
   unaccount(id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[6], id)
   return redis.call('DEL', key)
 end
 local function sweep(now, prefix)
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-  for _, id in ipairs(ids) do forget(id, prefix .. 'run:' .. id) end
-  return #ids
+  local gone = 0
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES')
+  for i = 1, #ids, 2 do
+    local id, exp = ids[i], ids[i + 1]
+    local key = prefix .. 'run:' .. id
+    if kept(key, exp, now) then
+      unaccount(id)
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('ZADD', KEYS[6], exp, id)
+    else
+      forget(id, key)
+      gone = gone + 1
+    end
+  end
+  local old = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', tonumber(now) - GRACE)
+  for _, id in ipairs(old) do forget(id, prefix .. 'run:' .. id) end
+  return gone + #old
 end
 """
 
@@ -85,7 +125,7 @@ CREATE = (
 local id, now = ARGV[1], ARGV[2]
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local exp = redis.call('ZSCORE', KEYS[2], id)
-  if not (exp and tonumber(exp) <= tonumber(now)) then return 0 end
+  if not (exp and tonumber(exp) <= tonumber(now)) or kept(KEYS[1], exp, now) then return 0 end
 end
 forget(id, KEYS[1])
 local pairs_ = {}
@@ -99,35 +139,46 @@ return 1
 """
 )
 
-# ARGV: id, now, expected, status|'', size|'', expires|'', expires_ms|'', updated, with_saved(0/1), pairs...
+# ARGV: id, now, expected, status, size, expires, expires_ms, updated, kept key|'', known head|'', then
+# field/value pairs. The whole record, sealed anew, if it is still at the expected version (and, when the body
+# is kept, still sealed with its key; when a head is known, still with that head); 0 when not: the caller
+# reads it again to say why.
 CHECKPOINT = (
     PRELUDE
     + """
 local id, now = ARGV[1], ARGV[2]
 local cur = redis.call('HGET', KEYS[1], 'version')
-if not cur then return {'missing'} end
+if not cur or cur ~= ARGV[3] then return 0 end
 local exp = tonumber(redis.call('HGET', KEYS[1], 'expires'))
-if exp and exp <= tonumber(now) then return {'missing'} end
-if cur ~= ARGV[3] then return {'stale', cur} end
-local status = ARGV[4]
-if status == '' then status = redis.call('HGET', KEYS[1], 'status') end
-local size = ARGV[5]
-if size == '' then size = redis.call('HGET', KEYS[1], 'size') end
-local pairs_ = {'version', tostring(tonumber(cur) + 1)}
-for i = 10, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+if exp and exp <= tonumber(now) then return 0 end
+if ARGV[9] ~= '' and redis.call('HGET', KEYS[1], 'key') ~= ARGV[9] then return 0 end
+if ARGV[10] ~= '' and redis.call('HGET', KEYS[1], 'head') ~= ARGV[10] then return 0 end
+local pairs_ = {}
+for i = 11, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(pairs_))
-if ARGV[6] ~= '' then
-  redis.call('PEXPIREAT', KEYS[1], ARGV[7])
-  redis.call('ZADD', KEYS[2], ARGV[6], id)
-end
+redis.call('PEXPIREAT', KEYS[1], ARGV[7])
+redis.call('ZADD', KEYS[2], ARGV[6], id)
 redis.call('ZADD', KEYS[3], ARGV[8], id)
 unaccount(id)
-if status and size and string.match(size, '^%d+$') then account(id, status, size) end
-local fields = {'fmt', 'tool', 'status', 'digest', 'size', 'version', 'created', 'updated', 'expires', 'meta'}
-if ARGV[9] == '1' then fields[#fields + 1] = 'saved' end
-return {'ok', redis.call('HMGET', KEYS[1], unpack(fields))}
+account(id, ARGV[4], ARGV[5])
+return 1
 """
 )
+
+# CHECKPOINT of an unended run that expired and is kept (base.RunStore.end_expired): the same, but only while it is
+# so; it leaves `end`
+END_EXPIRED = CHECKPOINT.replace(
+    "if exp and exp <= tonumber(now) then return 0 end",
+    "if not exp or not (exp <= tonumber(now) and kept(KEYS[1], exp, now)) then return 0 end",
+).replace("local pairs_ = {}", "redis.call('ZREM', KEYS[6], id)\nlocal pairs_ = {}")
+
+# KEYS: run. ARGV: version, old key, new key, head, body: the record sealed anew at the same version
+RESEAL = """
+if redis.call('HGET', KEYS[1], 'version') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'key') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'key', ARGV[3], 'head', ARGV[4], 'body', ARGV[5])
+return 1
+"""
 
 # ARGV: id, expected|''
 DELETE = (
@@ -151,17 +202,46 @@ return {swept, redis.call('HGETALL', KEYS[5])}
 )
 
 
+def _stored(value: Any) -> Any:
+    """A column's value as the hash holds it: numbers as their canonical text (what the seal covers)."""
+    if type(value) is float:
+        return repr(value)
+    if type(value) is int:
+        return str(value)
+    return value
+
+
+def _kept(raw: dict[str, Any], now: float) -> bool:
+    """Whether an expired record is an unended run kept to be ended (base.ENDING_GRACE)."""
+    status = raw.get("status")
+    status = status.decode() if isinstance(status, bytes) else status
+    try:
+        return status in UNENDED and float(raw["expires"]) > now - ENDING_GRACE
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _expired(raw: dict[str, Any], now: float) -> bool:
+    try:
+        return float(raw["expires"]) <= now
+    except (KeyError, TypeError, ValueError):
+        return False  # damaged: opening it names the field
+
+
 class RedisStore:
-    """Runs in a Redis database, under `prefix` (several stores can share one database)."""
+    """Runs in a Redis database, under `prefix` (several stores can share one database), sealed with `keys`."""
 
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",
         *,
+        keys: KeyRing | None = None,
         prefix: str = "branchc:",
         timeout: float = 5.0,
         client: redis.Redis | None = None,
     ) -> None:
+        self.keys = store_keys(keys, f"the Redis store {url}")
+        self._heads = Heads()
         self.url = url
         self.prefix = prefix
         self.timeout = timeout
@@ -172,9 +252,11 @@ class RedisStore:
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
             health_check_interval=30,
         )
-        self._keys = [f"{prefix}exp", f"{prefix}upd", f"{prefix}info", f"{prefix}usage"]
+        self._keys = [f"{prefix}exp", f"{prefix}upd", f"{prefix}info", f"{prefix}usage", f"{prefix}end"]
         self._create = self.client.register_script(CREATE)
         self._checkpoint = self.client.register_script(CHECKPOINT)
+        self._end_expired = self.client.register_script(END_EXPIRED)
+        self._reseal = self.client.register_script(RESEAL)
         self._delete = self.client.register_script(DELETE)
         self._sweep = self.client.register_script(SWEEP)
 
@@ -199,105 +281,96 @@ class RedisStore:
             return f"unix://{kwargs['path']}"
         return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
-    def _record(self, run_id: str, raw: dict[bytes | str, bytes | None]) -> RunRecord:
-        fields: dict[str, Any] = {}
-        for name in FIELDS:
-            value = raw.get(name.encode(), raw.get(name))
-            if value is None:
-                continue
-            try:
-                text = value.decode() if isinstance(value, bytes) else value
-            except UnicodeDecodeError:
-                raise StoreDataError.bad_field(run_id, name, "is not UTF-8 text") from None
-            try:
-                fields[name] = int(text) if name in INTS else float(text) if name in FLOATS else text
-            except ValueError:
-                fields[name] = text  # checked_record names it: "is '12x', not an integer"
-        return checked_record(run_id, fields)
+    @staticmethod
+    def _fields(raw: dict[bytes | str, bytes]) -> dict[str, Any]:
+        return {name.decode() if isinstance(name, bytes) else name: value for name, value in raw.items()}
+
+    def _read(self, doing: str, run_id: str, names: tuple[str, ...], now: float) -> dict[str, Any] | None:
+        values = self._call(doing, self.client.hmget, self._key(run_id), names)
+        raw = {name: value for name, value in zip(names, values, strict=True) if value is not None}
+        return None if "version" not in raw or _expired(raw, now) else raw
 
     @staticmethod
     def _ms(expires: float) -> int:
         return math.ceil(expires * 1000)
 
+    def _pexpire(self, status: str, expires: float) -> int:
+        """When Redis drops a record's hash: at its expiry, or ENDING_GRACE later for an unended run (kept to be
+        ended)."""
+        return self._ms(expires + (ENDING_GRACE if status in UNENDED else 0))
+
+    @staticmethod
+    def _pairs(sealed: Sealed, *, body: bool = True) -> list[Any]:
+        pairs: list[Any] = []
+        for name, value in sealed.columns().items():
+            if value is None or (name == "body" and not body):
+                continue  # no owner; a body kept as it is
+            pairs += [name, _stored(value)]
+        return pairs
+
     # the store
 
     def create(self, record: RunRecord) -> RunRecord:
         record.check()
-        size = record.size
-        pairs = {
-            "fmt": 1,
-            "tool": record.tool,
-            "status": record.status,
-            "saved": record.saved,
-            "digest": digest(record.saved),
-            "size": size,
-            "version": record.version,
-            "created": repr(record.created),
-            "updated": repr(record.updated),
-            "expires": repr(record.expires),
-            "meta": record.meta.to_json(),
-        }
-        args = [record.run_id, repr(time.time()), self.prefix, record.status, size, repr(record.expires)]
-        args += [self._ms(record.expires), repr(record.updated)]
-        for name, value in pairs.items():
-            args += [name, value]
-        made = self._call(
+        made = sealed_head(self.keys, record)
+        sealed = made.sealed
+        args = [record.run_id, repr(time.time()), self.prefix, record.status, sealed.size, repr(sealed.expires)]
+        args += [self._pexpire(record.status, record.expires), repr(sealed.updated), *self._pairs(sealed)]
+        created = self._call(
             f"creating run {record.run_id!r}", self._create, keys=[self._key(record.run_id), *self._keys], args=args
         )
-        if not made:
+        if not created:
             raise RunExistsError(f"the store already holds a run {record.run_id!r}")
+        self._heads.put(made)
         return record
 
-    def load(self, run_id: str) -> RunRecord | None:
+    def load(self, run_id: str, *, min_version: int | None = None, expired: bool = False) -> RunRecord | None:
         raw = self._call(f"loading run {run_id!r}", self.client.hgetall, self._key(run_id))
         if not raw:
             return None
-        record = self._record(run_id, raw)
-        return record if record.expires > time.time() else None
+        fields = self._fields(raw)
+        now = time.time()
+        if _expired(fields, now) and not (expired and _kept(fields, now)):
+            return None
+        return open_record(self.keys, run_id, fields, min_version=min_version, cache=self._heads)
 
     def checkpoint(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
-        check_changes(changes)
-        now = time.time()
-        status = changes.get("status", "")
-        pairs: list[Any] = ["updated", repr(now)]
-        size: Any = ""
-        if status:
-            pairs += ["status", status]
-        if "saved" in changes:
-            saved = changes["saved"]
-            size = len(saved.encode())
-            pairs += ["saved", saved, "digest", digest(saved), "size", size]
-        if "meta" in changes:
-            pairs += ["meta", changes["meta"].to_json()]
-        expires: Any = ""
-        expires_ms: Any = ""
-        if "expires" in changes:
-            expires = repr(float(changes["expires"]))
-            expires_ms = self._ms(changes["expires"])
-            pairs += ["expires", expires]
-        args = [run_id, repr(now), int(expected_version), status, size, expires, expires_ms, repr(now)]
-        args += ["0" if "saved" in changes else "1", *pairs]
-        answer = self._call(
-            f"checkpointing run {run_id!r}", self._checkpoint, keys=[self._key(run_id), *self._keys], args=args
-        )
-        kind = answer[0].decode()
-        if kind == "missing":
-            raise RunNotFoundError(run_id)
-        if kind == "stale":
-            try:
-                actual = int(answer[1])
-            except ValueError:
-                raise StoreDataError.bad_field(run_id, "version", f"is {answer[1]!r:.60}, not an integer") from None
-            raise StaleRunError(run_id, expected_version, actual)
-        names = ["fmt", "tool", "status", "digest", "size", "version", "created", "updated", "expires", "meta"]
-        raw = dict(zip(names, answer[1], strict=False))
-        if "saved" in changes:
-            raw["saved"] = changes["saved"]
-        else:
-            raw["saved"] = answer[1][-1]
-        return self._record(run_id, raw)
+        return self._write(f"checkpointing run {run_id!r}", self._checkpoint, run_id, expected_version, changes)
+
+    def end_expired(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
+        doing = f"ending the expired run {run_id!r}"
+        return self._write(doing, self._end_expired, run_id, expected_version, changes, expired=True)
+
+    def _write(
+        self, doing: str, script: Any, run_id: str, expected_version: int, changes: dict, *, expired: bool = False
+    ) -> RunRecord:
+        """A compare-and-swap of `script` (CHECKPOINT, or END_EXPIRED on a run that is `expired` and kept)."""
+
+        def read(body: bool, now: float) -> dict[str, Any] | None:
+            if not expired:
+                return self._read(doing, run_id, FIELDS if body else HEAD_FIELDS, now)
+            names = FIELDS if body else HEAD_FIELDS
+            values = self._call(doing, self.client.hmget, self._key(run_id), names)
+            raw = {name: value for name, value in zip(names, values, strict=True) if value is not None}
+            return raw if "version" in raw and _expired(raw, now) and _kept(raw, now) else None
+
+        def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float) -> bool:
+            args = [run_id, repr(now), int(expected_version), sealed.status, sealed.size, repr(sealed.expires)]
+            args += [self._pexpire(sealed.status, sealed.expires), repr(sealed.updated), kept or "", on or ""]
+            args += self._pairs(sealed, body=not kept)
+            return bool(self._call(doing, script, keys=[self._key(run_id), *self._keys], args=args))
+
+        return checkpoint_sealed(self.keys, run_id, expected_version, changes, read, write, self._heads)
+
+    def expired(self, now: float | None = None, limit: int = 100) -> list[str]:
+        now = time.time() if now is None else now
+        self._swept(now)  # what expired since the last sweep moves to `end`
+        doing = "finding the expired runs to end"
+        ids = self._call(doing, self.client.zrangebyscore, self._keys[4], "-inf", repr(now), start=0, num=int(limit))
+        return [ident.decode() for ident in ids]
 
     def delete(self, run_id: str, expected_version: int | None = None) -> bool:
+        self._heads.drop(run_id)
         expected = "" if expected_version is None else int(expected_version)
         answer = self._call(
             f"deleting run {run_id!r}",
@@ -307,7 +380,11 @@ class RedisStore:
         )
         kind = answer[0].decode()
         if kind == "stale":
-            raise StaleRunError(run_id, expected_version or 0, int(answer[1]))
+            try:
+                actual = int(answer[1])
+            except ValueError:
+                raise StoreDataError.bad_field(run_id, "version", f"is {answer[1]!r:.60}, not an integer") from None
+            raise stale_or_older(run_id, expected_version or 0, actual)
         return kind == "ok"
 
     def list(self, status: str | None = None, tool: str | None = None, limit: int = 100) -> list[RunRecord]:
@@ -331,11 +408,8 @@ class RedisStore:
                     continue
                 if tool is not None and tl != tool.encode():
                     continue
-                try:
-                    if float(exp) <= now:
-                        continue
-                except (TypeError, ValueError):
-                    pass  # damaged: loading it below names the field
+                if _expired({"expires": exp}, now):
+                    continue
                 chosen.append(ident.decode())
             chosen = chosen[: limit - len(found)]
             pipe = self.client.pipeline(transaction=False)
@@ -343,8 +417,34 @@ class RedisStore:
                 pipe.hgetall(self._key(ident))
             for ident, raw in zip(chosen, self._call("listing runs", pipe.execute), strict=True):
                 if raw:
-                    found.append(self._record(ident, raw))
+                    found.append(open_record(self.keys, ident, self._fields(raw)))
         return found
+
+    def rekey(self) -> Rekeyed:
+        doing = "finding the runs to seal anew"
+        ids = [ident.decode() for ident in self._call(doing, self.client.zrange, self._keys[1], 0, -1)]
+        pipe = self.client.pipeline(transaction=False)
+        for ident in ids:
+            pipe.hmget(self._key(ident), "key", "expires")
+        sealing, now = self.keys.sealing_id.encode(), time.time()
+        stale, current = [], 0
+        for ident, (key, expires) in zip(ids, self._call(doing, pipe.execute), strict=True):
+            if key is None or _expired({"expires": expires}, now):
+                continue  # gone meanwhile, or expired
+            if key == sealing:
+                current += 1
+            else:
+                stale.append(ident)
+
+        def read(run_id: str, now: float) -> dict[str, Any] | None:
+            return self._read(f"sealing run {run_id!r} anew", run_id, FIELDS, now)
+
+        def write(sealed: Sealed, old_key: str) -> bool:
+            args = [str(sealed.version), old_key, sealed.key, sealed.head, sealed.body]
+            doing = f"sealing run {sealed.run_id!r} anew"
+            return bool(self._call(doing, self._reseal, keys=[self._key(sealed.run_id)], args=args))
+
+        return rekey_sealed(self.keys, sorted(stale), read, write, current)
 
     def _swept(self, now: float) -> tuple[int, dict[str, int]]:
         swept, flat = self._call(
@@ -356,10 +456,11 @@ class RedisStore:
     def gc(self, now: float | None = None) -> int:
         return self._swept(time.time() if now is None else now)[0]
 
-    def usage(self, *statuses: str) -> Usage:
+    def usage(self, *statuses: str, owner: str | _Anyone | None = ANYONE) -> Usage:
         _, usage = self._swept(time.time())
-        names = statuses or {key[2:] for key in usage}
-        return Usage(sum(usage.get(f"n:{s}", 0) for s in names), sum(usage.get(f"b:{s}", 0) for s in names))
+        names = statuses or {key[2:] for key in usage if ":" not in key[2:]}
+        of = "" if owner is ANYONE else f":{owner_tag(owner)}"  # type: ignore[arg-type]
+        return Usage(sum(usage.get(f"n:{s}{of}", 0) for s in names), sum(usage.get(f"b:{s}{of}", 0) for s in names))
 
     def close(self) -> None:
         self.client.close()

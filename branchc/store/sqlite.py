@@ -1,10 +1,14 @@
 """The embedded continuation store: one SQLite file in WAL mode, shared by threads and processes.
 
 Each thread has its own connection (sqlite3 connections are not thread-safe); `:memory:` has one,
-behind a lock. Every write is one statement in SQLite's own transaction, so a checkpoint's compare-and-swap
-(`UPDATE ... WHERE version = ?  RETURNING`) is atomic across processes; a writer that finds the file
-locked waits up to the busy timeout, then gets a StoreUnavailableError. `synchronous=NORMAL` (the
-default) survives a killed process; `full` also survives a power cut, at a cost per write.
+behind a lock. Records are sealed (sealed.py): a row holds the clear columns the queries use, a sealed head
+and a sealed body. Every write is one statement in SQLite's own transaction, so a checkpoint's
+compare-and-swap (read the record, check its seal, `UPDATE ... WHERE version = ?` with the record sealed
+anew) is atomic across processes; a writer that finds the file locked waits up to the busy timeout, then
+gets a StoreUnavailableError. `synchronous=NORMAL` (the default) survives a killed process; `full` also
+survives a power cut, at a cost per write. The file and its -wal and -shm files are mode 0600.
+An unended run (waiting, running) that expired keeps its row, unseen by every read but `expired` and
+`load(..., expired=True)`, until it is ended (`end_expired`) or, ENDING_GRACE seconds on, gc removes it.
 """
 
 from __future__ import annotations
@@ -19,22 +23,39 @@ from pathlib import Path
 from typing import Any
 
 from .base import (
+    ANYONE,
+    ENDING_GRACE,
+    UNENDED,
+    Rekeyed,
     RunExistsError,
-    RunNotFoundError,
     RunRecord,
-    StaleRunError,
     StoreDataError,
     StoreUnavailableError,
     Usage,
-    check_changes,
-    checked_record,
-    digest,
+    _Anyone,
+)
+from .keys import KeyRing
+from .sealed import (
+    Heads,
+    Sealed,
+    checkpoint_sealed,
+    open_record,
+    rekey_sealed,
+    sealed_head,
+    stale_or_older,
+    store_keys,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
-COLUMNS = "run_id, fmt, tool, status, saved, digest, size, version, created, updated, expires, meta"
+SCHEMA_VERSION = 2  # 1: records not sealed (refused: its runs cannot be trusted)
+NAMES = ("fmt", "tool", "status", "owner", "version", "created", "updated", "expires", "size", "key", "head", "body")
+COLUMNS = ", ".join(("run_id", *NAMES))
+# what a read selects: text as its bytes (checked by the seal before it is decoded); the body last, so a read
+# that leaves it out does not go through its pages
+HEAD = "run_id, fmt, CAST(tool AS BLOB), CAST(status AS BLOB), CAST(owner AS BLOB), version, created, updated, "
+HEAD += "expires, size, CAST(key AS BLOB), head"
+WHOLE = HEAD + ", body"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS branchc_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -42,29 +63,39 @@ CREATE TABLE IF NOT EXISTS runs (
     fmt INTEGER NOT NULL,
     tool TEXT NOT NULL,
     status TEXT NOT NULL,
-    saved TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    size INTEGER NOT NULL,
+    owner TEXT,
     version INTEGER NOT NULL,
     created REAL NOT NULL,
     updated REAL NOT NULL,
     expires REAL NOT NULL,
-    meta TEXT NOT NULL
+    size INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    head BLOB NOT NULL,
+    body BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_updated ON runs (updated);
 CREATE INDEX IF NOT EXISTS runs_by_expires ON runs (expires);
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, expires);
 """
 SYNCHRONOUS = ("off", "normal", "full", "extra")
+# an unended run that expired is kept ENDING_GRACE seconds, to be ended (base.py): what gc and create leave alone
+KEPT = f"status IN ({', '.join(repr(s) for s in UNENDED)}) AND expires > ?"
+PRIVATE = 0o600
 
 
 MAX_IDLE = 4  # open connections kept between uses (more are opened while more threads use the store at once)
 
 
 class SQLiteStore:
-    """Runs in one SQLite file (or `:memory:`, for one process)."""
+    """Runs in one SQLite file (or `:memory:`, for one process), sealed with `keys` (keys.py). The file and
+    its -wal and -shm files are private (mode 0600): made so, or made so when they are this user's; a file
+    of another user that others may read is refused."""
 
-    def __init__(self, path: str | Path, *, timeout: float = 5.0, synchronous: str = "normal") -> None:
+    def __init__(
+        self, path: str | Path, *, keys: KeyRing | None = None, timeout: float = 5.0, synchronous: str = "normal"
+    ) -> None:
+        self.keys = store_keys(keys, f"the SQLite store {path}")
+        self._heads = Heads()
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous is one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
         if not timeout >= 0:
@@ -93,7 +124,31 @@ class SQLiteStore:
 
     # connections
 
+    def _private(self) -> None:
+        """The store's file made (empty, mode 0600) if missing, and it and its -wal and -shm files private: SQLite
+        makes those two with the mode of the file."""
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE))
+        for path in (self.path, self.path + "-wal", self.path + "-shm"):
+            try:
+                found = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if found.st_mode & 0o077:
+                if found.st_uid != os.geteuid():
+                    raise StoreUnavailableError(
+                        f"the SQLite store's file {path} may be read by others (mode {found.st_mode & 0o777:04o}) "
+                        f"and belongs to another user (uid {found.st_uid}), so branchc cannot make it private: "
+                        f"`chmod 600` it (and its -wal and -shm files) as its owner"
+                    )
+                os.chmod(path, PRIVATE)
+
     def _open(self) -> sqlite3.Connection:
+        if not self.memory:
+            try:
+                self._private()
+            except OSError as error:
+                raise StoreUnavailableError(f"the SQLite store {self.path} cannot be opened: {error}") from None
         try:
             # one connection per thread (or one behind a lock); not checked, so close() may run on any thread
             conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
@@ -158,10 +213,13 @@ class SQLiteStore:
                 raise StoreUnavailableError(f"the SQLite store {self.path} cannot use WAL mode (it reports {mode!r})")
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                row = conn.execute("SELECT version FROM branchc_schema WHERE name = 'runs'").fetchone()
+                row = None
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'branchc_schema'").fetchone():
+                    row = conn.execute("SELECT version FROM branchc_schema WHERE name = 'runs'").fetchone()
+                if row is None or row[0] == SCHEMA_VERSION:
+                    for statement in SCHEMA.split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
                 if row is None:
                     conn.execute("INSERT INTO branchc_schema VALUES ('runs', ?)", (SCHEMA_VERSION,))
                 conn.execute("COMMIT")
@@ -170,6 +228,13 @@ class SQLiteStore:
                 raise
         except sqlite3.Error as error:
             raise self._failure(error, "setting it up") from None
+        if row is not None and row[0] == 1:
+            raise StoreDataError(
+                f"the SQLite store {self.path} was written by an older branchc (schema version 1), whose records are "
+                f"not sealed: its runs cannot be trusted, and this branchc (schema version {SCHEMA_VERSION}) does not "
+                f"open it. End its runs with the branchc that wrote it, or remove the file (with its -wal and -shm "
+                f"files) to start an empty store"
+            )
         if row is not None and row[0] != SCHEMA_VERSION:
             raise StoreDataError(
                 f"the SQLite store {self.path} has schema version {row[0]!r}, and this branchc knows version "
@@ -205,35 +270,29 @@ class SQLiteStore:
             except sqlite3.Error as error:
                 raise self._failure(error, doing) from None
 
-    def _record(self, row: tuple) -> RunRecord:
-        run_id = row[0]
-        raw = dict(zip(COLUMNS.split(", ")[1:], row[1:], strict=True))
-        return checked_record(run_id, raw)
+    @staticmethod
+    def _raw(row: tuple) -> dict[str, Any]:
+        return dict(zip(NAMES, row[1:], strict=False))
+
+    def _record(self, row: tuple, min_version: int | None = None) -> RunRecord:
+        return open_record(self.keys, row[0], self._raw(row), min_version=min_version, cache=self._heads)
 
     # the store
 
     def create(self, record: RunRecord) -> RunRecord:
         record.check()
-        row = (
-            record.run_id,
-            1,
-            record.tool,
-            record.status,
-            record.saved,
-            digest(record.saved),
-            record.size,
-            record.version,
-            record.created,
-            record.updated,
-            record.expires,
-            record.meta.to_json(),
-        )
+        made = sealed_head(self.keys, record)
+        row = (record.run_id, *made.sealed.columns().values())
         with self._use(f"creating run {record.run_id!r}") as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                # an expired run of the same id is gone for every reader: it gives way
-                conn.execute("DELETE FROM runs WHERE run_id = ? AND expires <= ?", (record.run_id, time.time()))
-                conn.execute(f"INSERT INTO runs ({COLUMNS}) VALUES ({', '.join('?' * 12)})", row)
+                # an expired run of the same id is gone for every reader: it gives way, unless it is kept to be ended
+                now = time.time()
+                conn.execute(
+                    f"DELETE FROM runs WHERE run_id = ? AND expires <= ? AND NOT ({KEPT})",
+                    (record.run_id, now, now - ENDING_GRACE),
+                )
+                conn.execute(f"INSERT INTO runs ({COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
                 conn.execute("COMMIT")
             except BaseException as error:
                 if conn.in_transaction:
@@ -241,52 +300,76 @@ class SQLiteStore:
                 if isinstance(error, sqlite3.IntegrityError):
                     raise RunExistsError(f"the store already holds a run {record.run_id!r}") from None
                 raise
+        self._heads.put(made)
         return record
 
-    def load(self, run_id: str) -> RunRecord | None:
+    def load(self, run_id: str, *, min_version: int | None = None, expired: bool = False) -> RunRecord | None:
+        now = time.time()
+        where, values = "expires > ?", [now]
+        if expired:  # also an unended run kept to be ended
+            where, values = f"(expires > ? OR ({KEPT}))", [now, now - ENDING_GRACE]
         with self._use(f"loading run {run_id!r}") as conn:
-            row = conn.execute(
-                f"SELECT {COLUMNS} FROM runs WHERE run_id = ? AND expires > ?", (run_id, time.time())
-            ).fetchone()
-        return None if row is None else self._record(row)
+            row = conn.execute(f"SELECT {WHOLE} FROM runs WHERE run_id = ? AND {where}", (run_id, *values)).fetchone()
+        return None if row is None else self._record(row, min_version)
 
     def checkpoint(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
-        check_changes(changes)
-        sets = ["version = version + 1", "updated = ?"]
-        values: list[Any] = [time.time()]
-        if "status" in changes:
-            sets.append("status = ?")
-            values.append(changes["status"])
-        if "saved" in changes:
-            saved = changes["saved"]
-            sets += ["saved = ?", "digest = ?", "size = ?"]
-            values += [saved, digest(saved), len(saved.encode())]
-        if "meta" in changes:
-            sets.append("meta = ?")
-            values.append(changes["meta"].to_json())
-        if "expires" in changes:
-            sets.append("expires = ?")
-            values.append(float(changes["expires"]))
-        now = values[0]
-        with self._use(f"checkpointing run {run_id!r}") as conn:
-            row = conn.execute(
-                f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND version = ? AND expires > ? "
-                f"RETURNING {COLUMNS}",
-                (*values, run_id, expected_version, now),
-            ).fetchone()
-            if row is None:
-                found = conn.execute(
-                    "SELECT version FROM runs WHERE run_id = ? AND expires > ?", (run_id, now)
+        with self._use(f"checkpointing run {run_id!r}") as conn:  # one connection for the read and the write
+
+            def read(body: bool, now: float) -> dict[str, Any] | None:
+                row = conn.execute(
+                    f"SELECT {WHOLE if body else HEAD} FROM runs WHERE run_id = ? AND expires > ?", (run_id, now)
                 ).fetchone()
-        if row is not None:
-            return self._record(row)
-        if found is None:
-            raise RunNotFoundError(run_id)
-        if type(found[0]) is not int:
-            raise StoreDataError.bad_field(run_id, "version", f"is {found[0]!r:.60}, not an integer")
-        raise StaleRunError(run_id, expected_version, found[0])
+                return None if row is None else self._raw(row)
+
+            def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float) -> bool:
+                columns = sealed.columns()
+                where, values = "run_id = ? AND version = ? AND expires > ?", [run_id, expected_version, now]
+                if kept is not None:
+                    del columns["body"]  # kept as it is: the record must still be sealed with its key
+                    where, values = where + " AND key = ?", [*values, kept]
+                if on is not None:  # written on a head known (Heads): the record must still have it
+                    where, values = where + " AND head = ?", [*values, on]
+                sets = ", ".join(f"{name} = ?" for name in columns)
+                return conn.execute(f"UPDATE runs SET {sets} WHERE {where}", [*columns.values(), *values]).rowcount == 1
+
+            return checkpoint_sealed(self.keys, run_id, expected_version, changes, read, write, self._heads)
+
+    def end_expired(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
+        with self._use(f"ending the expired run {run_id!r}") as conn:
+            expired = f"expires <= ? AND {KEPT}"  # only while it is expired, unended and kept
+
+            def read(body: bool, now: float) -> dict[str, Any] | None:
+                row = conn.execute(
+                    f"SELECT {WHOLE if body else HEAD} FROM runs WHERE run_id = ? AND {expired}",
+                    (run_id, now, now - ENDING_GRACE),
+                ).fetchone()
+                return None if row is None else self._raw(row)
+
+            def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float) -> bool:
+                columns = sealed.columns()
+                where = f"run_id = ? AND version = ? AND {expired}"
+                values: list[Any] = [run_id, expected_version, now, now - ENDING_GRACE]
+                if kept is not None:
+                    del columns["body"]
+                    where, values = where + " AND key = ?", [*values, kept]
+                if on is not None:
+                    where, values = where + " AND head = ?", [*values, on]
+                sets = ", ".join(f"{name} = ?" for name in columns)
+                return conn.execute(f"UPDATE runs SET {sets} WHERE {where}", [*columns.values(), *values]).rowcount == 1
+
+            return checkpoint_sealed(self.keys, run_id, expected_version, changes, read, write, self._heads)
+
+    def expired(self, now: float | None = None, limit: int = 100) -> list[str]:
+        now = time.time() if now is None else now
+        with self._use("finding the expired runs to end") as conn:
+            rows = conn.execute(
+                f"SELECT run_id FROM runs WHERE expires <= ? AND {KEPT} ORDER BY expires, run_id LIMIT ?",
+                (now, now - ENDING_GRACE, int(limit)),
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def delete(self, run_id: str, expected_version: int | None = None) -> bool:
+        self._heads.drop(run_id)
         with self._use(f"deleting run {run_id!r}") as conn:
             if expected_version is None:
                 return conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount > 0
@@ -298,7 +381,9 @@ class SQLiteStore:
             ).fetchone()
         if found is None:
             return False
-        raise StaleRunError(run_id, expected_version, found[0])
+        if type(found[0]) is not int:
+            raise StoreDataError.bad_field(run_id, "version", f"is {found[0]!r:.60}, not an integer")
+        raise stale_or_older(run_id, expected_version, found[0])
 
     def list(self, status: str | None = None, tool: str | None = None, limit: int = 100) -> list[RunRecord]:
         where, values = ["expires > ?"], [time.time()]
@@ -310,21 +395,56 @@ class SQLiteStore:
             values.append(tool)
         with self._use("listing runs") as conn:
             rows = conn.execute(
-                f"SELECT {COLUMNS} FROM runs WHERE {' AND '.join(where)} ORDER BY updated DESC, run_id LIMIT ?",
+                f"SELECT {WHOLE} FROM runs WHERE {' AND '.join(where)} ORDER BY updated DESC, run_id LIMIT ?",
                 (*values, int(limit)),
             ).fetchall()
         return [self._record(row) for row in rows]
 
+    def rekey(self) -> Rekeyed:
+        with self._use("finding the runs to seal anew") as conn:
+            (current,) = conn.execute(
+                "SELECT COUNT(*) FROM runs WHERE expires > ? AND key = ?", (time.time(), self.keys.sealing_id)
+            ).fetchone()
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT run_id FROM runs WHERE expires > ? AND key IS NOT ? ORDER BY run_id",
+                    (time.time(), self.keys.sealing_id),
+                )
+            ]
+
+        def read(run_id: str, now: float) -> dict[str, Any] | None:
+            with self._use(f"sealing run {run_id!r} anew") as conn:
+                row = conn.execute(
+                    f"SELECT {WHOLE} FROM runs WHERE run_id = ? AND expires > ?", (run_id, now)
+                ).fetchone()
+            return None if row is None else self._raw(row)
+
+        def write(sealed: Sealed, old_key: str) -> bool:
+            with self._use(f"sealing run {sealed.run_id!r} anew") as conn:
+                done = conn.execute(
+                    "UPDATE runs SET key = ?, head = ?, body = ? WHERE run_id = ? AND version = ? AND key = ?",
+                    (sealed.key, sealed.head, sealed.body, sealed.run_id, sealed.version, old_key),
+                )
+                return done.rowcount == 1
+
+        return rekey_sealed(self.keys, ids, read, write, current)
+
     def gc(self, now: float | None = None) -> int:
         now = time.time() if now is None else now
         with self._use("removing expired runs") as conn:
-            return conn.execute("DELETE FROM runs WHERE expires <= ?", (now,)).rowcount
+            return conn.execute(
+                f"DELETE FROM runs WHERE expires <= ? AND NOT ({KEPT})", (now, now - ENDING_GRACE)
+            ).rowcount
 
-    def usage(self, *statuses: str) -> Usage:
+    def usage(self, *statuses: str, owner: str | _Anyone | None = ANYONE) -> Usage:
         where, values = "expires > ?", [time.time()]
         if statuses:
             where += f" AND status IN ({', '.join('?' * len(statuses))})"
             values += statuses
+        if owner is not ANYONE:
+            where += " AND owner IS ?"
+            values.append(owner)
         with self._use("counting runs") as conn:
             count, size = conn.execute(
                 f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs WHERE {where}", values

@@ -8,14 +8,20 @@
 
 Options go in the query: sqlite `?timeout=SECONDS` (busy timeout, 5) and `&synchronous=normal|full`;
 redis `?prefix=branchc:` (key prefix) and `&timeout=SECONDS` (5).
+
+Every store seals its records with a key ring (keys.py): `open_store(url, keys=state_keys(KEY, STATE_DIR))`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from .base import RunStore, StoreURLError
+
+if TYPE_CHECKING:
+    from .keys import KeyRing
 
 __all__ = ["open_store"]
 
@@ -54,9 +60,10 @@ def _seconds(url: str, name: str, value: str | None, default: float) -> float:
     return seconds
 
 
-def open_store(url: str) -> RunStore | None:
-    """The store `url` names (None for "none"); StoreURLError naming the part that is wrong and the fix, or
-    MissingExtraError naming the extra a backend needs (redis: `pip install 'branchc[redis]'`)."""
+def open_store(url: str, keys: KeyRing | None = None) -> RunStore | None:
+    """The store `url` names (None for "none"), sealing its records with `keys` (which every store needs);
+    StoreURLError naming the part that is wrong and the fix, MissingExtraError naming the extra a backend
+    needs (redis: `pip install 'branchc[redis]'`), StoreKeyError without keys."""
     if not isinstance(url, str) or not url.strip():
         raise _bad(str(url), "it is empty", "name a store")
     text = url.strip()
@@ -67,15 +74,15 @@ def open_store(url: str) -> RunStore | None:
         raise _bad(url, "it has no scheme", "start it with sqlite:/// or redis://, or write none")
     scheme = scheme.lower()
     if scheme == "sqlite":
-        return _sqlite(url, text)
+        return _sqlite(url, text, keys)
     if scheme in ("redis", "rediss"):
-        return _redis(url, text)
+        return _redis(url, text, keys)
     if scheme in ("postgres", "postgresql", "mysql", "file"):
         raise _bad(url, f"the scheme {scheme!r} is not a store branchc has", "use sqlite:/// for a file")
     raise _bad(url, f"the scheme {scheme!r} is unknown", "use sqlite or redis")
 
 
-def _sqlite(url: str, text: str) -> RunStore:
+def _sqlite(url: str, text: str, keys: KeyRing | None) -> RunStore:
     from .sqlite import SYNCHRONOUS, SQLiteStore
 
     rest = text[len("sqlite://") :]
@@ -96,10 +103,10 @@ def _sqlite(url: str, text: str) -> RunStore:
     if synchronous not in SYNCHRONOUS:
         raise _bad(url, f"synchronous={synchronous!r} is not a mode", f"use one of {', '.join(SYNCHRONOUS)}")
     timeout = _seconds(url, "timeout", options.get("timeout"), 5.0)
-    return SQLiteStore(path, timeout=timeout, synchronous=synchronous)
+    return SQLiteStore(path, keys=keys, timeout=timeout, synchronous=synchronous)
 
 
-def _redis(url: str, text: str) -> RunStore:
+def _redis(url: str, text: str, keys: KeyRing | None) -> RunStore:
     parts = urlsplit(text)
     if not parts.hostname:
         raise _bad(url, "it names no host", "write redis://HOST:PORT/DB, e.g. redis://127.0.0.1:6379/0")
@@ -120,4 +127,4 @@ def _redis(url: str, text: str) -> RunStore:
     plain = urlunsplit((parts.scheme, parts.netloc, parts.path or "/0", "", ""))
     from .redis import RedisStore  # the URL is checked first, with or without the redis package
 
-    return RedisStore(plain, prefix=prefix, timeout=timeout)
+    return RedisStore(plain, keys=keys, prefix=prefix, timeout=timeout)
