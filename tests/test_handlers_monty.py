@@ -7,6 +7,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -276,6 +277,69 @@ async def test_results_that_are_not_json_data(engine: MontyEngine, script: str, 
 async def test_a_result_over_the_output_limit(engine: MontyEngine) -> None:
     message = await refused(engine, "['x' * 1000 for i in range(100)]", HandlerLimitError)
     assert "output limit" in message
+
+
+# The output cap holds on the host: a script may redefine the in-sandbox check (`__branchc_probe`), or the names
+# it reads, and hand back anything; before the fix, the first returned 50 MB past the 1 MB cap, and a list shared at
+# every level (kilobytes in the sandbox, 2**40 leaves as JSON) had the host walk it for hours.
+REPLACED_PROBE = "def __branchc_probe(value):\n    return (value, None, 0)\n"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        REPLACED_PROBE + "'x' * (4 << 20)",
+        REPLACED_PROBE + "[['a' * 1000] * 1000] * 50",
+        "__branchc_output = 10 ** 12\n'x' * (4 << 20)",
+        "len = lambda value: 0\n'x' * (4 << 20)",
+    ],
+    ids=["a str", "a shared list", "the cap replaced", "len replaced"],
+)
+async def test_the_output_cap_holds_whatever_the_script_redefines(engine: MontyEngine, script: str) -> None:
+    limits = Limits(seconds=5.0, memory_mb=64, output_bytes=1 << 20)
+    message = await refused(engine, script, HandlerLimitError, limits=limits)
+    assert "bytes of JSON" in message and "1048576" in message and "(output limit)" in message
+
+
+async def test_a_result_shared_at_every_level_is_refused_in_linear_time() -> None:
+    """Kilobytes in the sandbox, 2**40 leaves as JSON: the host stops counting past the cap. In a fresh
+    interpreter with a deadline of 30 s (the work takes milliseconds; the old walk of 2**40 leaves, hours)."""
+    code = f"""
+import anyio
+from branchc.bridge.handlers.engine import HandlerLimitError, Limits
+from branchc.bridge.handlers.monty import MontyEngine
+
+async def main():
+    async with MontyEngine() as engine:
+        script = {REPLACED_PROBE!r} + "x = ['a' * 100]\\nfor i in range(40):\\n    x = [x, x]\\nx"
+        try:
+            await engine.run(script, None, {{}}, limits=Limits(seconds=5.0, memory_mb=64))
+        except HandlerLimitError as error:
+            print(error)
+
+anyio.run(main)
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("not refused within 30 s: the host walked the shared list")
+    assert "more than 1048576 bytes of JSON (output limit)" in done.stdout, done.stderr
+
+
+async def test_a_tool_calls_arguments_are_measured_on_the_host(engine: MontyEngine) -> None:
+    """Arguments shared at every level (a terabyte as JSON) never reach the tool or its schema check."""
+    call = Recorder()
+    script = "x = ['a' * 100]\nfor i in range(40):\n    x = [x, x]\ntools.git_log(path=x)"
+    with anyio.fail_after(30):
+        message = await refused(engine, script, HandlerRuntimeError, tools=SCHEMAS, call=call)
+    assert f"the arguments are more than {LIMITS.output_bytes} bytes of JSON" in message
+    assert call.calls == []
+
+
+async def test_a_huge_exception_message_is_cut_short(engine: MontyEngine) -> None:
+    script = "raise NotImplementedError('does not yet support ' * 50_000 + '\\nx')\nNone"
+    message = await refused(engine, script, HandlerRuntimeError, limits=Limits(seconds=5.0))
+    assert "characters in all)" in message and len(message) < 3000
 
 
 async def test_a_script_must_end_with_an_expression(engine: MontyEngine) -> None:

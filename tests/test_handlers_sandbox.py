@@ -6,10 +6,12 @@ Each test checks that the engine still answers afterwards (the `engine` fixture)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
 import statistics
+import struct
 import time
 from pathlib import Path
 
@@ -360,6 +362,141 @@ except tools.Error as exc:
 
     with pytest.raises(HandlerRuntimeError, match="NameError"):
         await run(engine, "tools.echo(text='x')")  # no tools offered: no `tools`
+
+
+# -- memory the address-space limit does not count ----------------------------------------------------------
+
+# Each way tries to hold twice the memory limit outside the handler's address space, and says how much it held:
+# before the seccomp filter, a memfd of 12 MB at a time (under the 16 MB file size limit) and System V segments
+# (attached, written, detached) held all of it, on the host's memory.
+STASH = """
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+target = 2 * arguments['limit']
+chunk = b'x' * (4 << 20)
+
+def memfd(create):
+    held = 0
+    try:
+        while held < target:
+            fd = create()
+            if fd < 0:
+                break
+            for _ in range(3):
+                os.write(fd, chunk)
+                held += len(chunk)
+    except OSError:
+        pass
+    return held
+
+def dev_shm():
+    held = 0
+    try:
+        with open('/dev/shm/stash', 'wb') as file:
+            while held < target:
+                file.write(chunk)
+                held += len(chunk)
+    except OSError:
+        pass
+    return held
+
+def system_v():
+    held = 0
+    while held < target:
+        segment = libc.shmget(0, 16 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        if segment < 0:
+            break
+        address = libc.shmat(segment, None, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            break
+        ctypes.memset(address, 1, 16 << 20)
+        libc.shmdt(ctypes.c_void_p(address))
+        held += 16 << 20
+    return held
+
+number = {'x86_64': 319, 'aarch64': 279}[platform.machine()]  # memfd_create, past Python's wrapper
+{
+    'memfd': memfd(lambda: os.memfd_create('stash')),
+    'memfd by its system call': memfd(lambda: libc.syscall(number, b'stash', 0)),
+    '/dev/shm': dev_shm(),
+    'System V shared memory': system_v(),
+}
+"""
+
+
+@needs_sandbox
+async def test_memory_outside_the_address_space_is_refused(engine):
+    limits = Limits(seconds=10.0, memory_mb=64)
+    held = await run(engine, STASH, None, {"limit": limits.memory_mb << 20}, limits=limits)
+    assert held == {"memfd": 0, "memfd by its system call": 0, "/dev/shm": 0, "System V shared memory": 0}
+
+
+@needs_sandbox
+async def test_a_refused_system_call_says_so(engine):
+    with pytest.raises(HandlerRuntimeError, match="the sandbox refuses this system call"):
+        await run(engine, "import os\nos.memfd_create('stash')")
+
+
+def _filter_says(program: bytes, arch: int, number: int, first_argument: int = 0) -> int:
+    """What a classic-BPF seccomp program returns for one system call (the instructions seccomp_program uses)."""
+    data = struct.pack("<iIQ6Q", number, arch, 0, first_argument, 0, 0, 0, 0, 0)
+    code = [struct.unpack("<HBBI", program[at : at + 8]) for at in range(0, len(program), 8)]
+    accumulator, at = 0, 0
+    while True:
+        op, true, false, k = code[at]
+        if op == 0x20:  # ld [k]
+            accumulator = struct.unpack_from("<I", data, k)[0]
+        elif op == 0x06:  # ret k
+            return k
+        elif op in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: bool(accumulator & k)}[op]
+            at += true if taken else false
+        at += 1
+
+
+@pytest.mark.parametrize(
+    ("machine", "arch", "numbers", "harmless"),
+    [
+        ("x86_64", 0xC000003E, sandbox._X86_64, {"read": 0, "write": 1, "close": 3, "mmap": 9, "openat": 257}),
+        ("aarch64", 0xC00000B7, sandbox._AARCH64, {"read": 63, "write": 64, "close": 57, "mmap": 222, "openat": 56}),
+    ],
+)
+def test_the_seccomp_filter_of_each_architecture(machine, arch, numbers, harmless):
+    allow, kill, eperm, eagain = 0x7FFF0000, 0x80000000, 0x50000 | errno.EPERM, 0x50000 | errno.EAGAIN
+    program = sandbox.seccomp_program(machine)
+    for name in ("memfd_create", "memfd_secret", "shmget", "shmat", "shmctl", "shmdt", "mq_open", "unshare"):
+        assert _filter_says(program, arch, numbers[name]) == eperm, name
+    for name, number in harmless.items():
+        assert _filter_says(program, arch, number) == allow, name
+    assert _filter_says(program, arch, numbers["clone"], 0x00010000 | 0x100) == allow  # a thread
+    assert _filter_says(program, arch, numbers["clone"], 0x11) == eagain  # a process
+    assert _filter_says(program, arch, numbers["clone3"]) == 0x50000 | errno.ENOSYS
+    assert _filter_says(program, 0x40000003, harmless["read"]) == kill  # another architecture's calls
+    assert sandbox.seccomp_program("riscv64") is None
+
+
+@needs_sandbox
+async def test_each_run_gets_a_memory_cgroup_where_one_is_delegated(tmp_path, caplog):
+    """This machine has no cgroup v2 memory delegation: a folder standing for one shows the wiring (the child
+    cgroup, its memory.max, the shell that moves itself in before it runs bubblewrap)."""
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    engine = SandboxEngine(memory_cgroup=tmp_path)
+    assert engine.memory_cgroup == tmp_path and "memory.max" in engine.notice
+    assert await engine.run("1 + 1", None, {}, limits=Limits(seconds=3.0, memory_mb=100)) == 2
+    [child] = [path for path in tmp_path.iterdir() if path.is_dir()]
+    assert child.name.startswith("branchc-handler-")
+    assert (child / "memory.max").read_text() == str((100 + engine.scratch_mb) << 20)
+    assert (child / "cgroup.procs").read_text() == "0\n"  # the shell moved itself, and so the sandbox, in
+
+
+def test_a_cgroup_that_cannot_serve_is_refused_by_name(tmp_path):
+    (tmp_path / "cgroup.subtree_control").write_text("cpu pids\n")
+    with pytest.raises(SandboxUnavailableError, match="does not enable the memory controller"):
+        SandboxEngine(memory_cgroup=tmp_path, unsafe=True)
+    with pytest.raises(SandboxUnavailableError, match="not a cgroup v2 folder"):
+        SandboxEngine(memory_cgroup=tmp_path / "missing", unsafe=True)
+    assert sandbox.find_memory_cgroup(None) == (None, "not asked for")
 
 
 async def test_unsafe_mode_runs_without_bubblewrap_and_says_so(caplog):

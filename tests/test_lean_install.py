@@ -237,6 +237,7 @@ CORE = {
     "jsonschema": "jsonschema",
     "jwt": "pyjwt",
     "libcst": "libcst",
+    "markupsafe": "markupsafe",
     "mcp": "mcp",
     "mcp_types": "mcp-types",
     "networkx": "networkx",

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp.types as types
 import pytest
 from _handler_support import SEED_HANDLER
@@ -174,6 +175,93 @@ async def test_the_calls_a_handler_makes_are_bounded(repo, engine):
     async with Client(server, mode="2026-07-28") as client:
         result = await client.call_tool("diff", {"result_handler": {"language": "python", "script": script}})
     assert result.is_error and "more than 3 tools" in text_of(result), text_of(result)
+
+
+class Gate:
+    """A ResultEngine whose runs wait until the test opens the gate: handlers that take a while."""
+
+    name = "gate"
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.open = anyio.Event()
+
+    async def run(self, script: str, tool_output: Any, arguments: dict[str, Any], **_: Any) -> Any:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await self.open.wait()
+            return tool_output
+        finally:
+            self.running -= 1
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def capped_calls(wait_seconds: float) -> tuple[dict[str, types.CallToolResult], list[str], Gate]:
+    """Three calls with a handler on a server that runs two at once: the third starts while two wait in the
+    engine, and the gate opens once it has waited (refused) or is waiting (within `wait_seconds`)."""
+    server = MCPServer("capped")
+    ran: list[str] = []
+
+    @server.tool(structured_output=False)
+    def echo(text: str) -> str:
+        ran.append(text)
+        return text
+
+    gate = Gate()
+    handlers = add_result_handlers(server, gate, max_running=2, wait_seconds=wait_seconds, chaining=False)
+    assert (handlers.max_running, handlers.wait_seconds) == (2, wait_seconds)
+    handler = {"language": "python", "script": "tool_output"}
+    results: dict[str, types.CallToolResult] = {}
+    with anyio.fail_after(60):  # without the cap, "c" runs and waits at the gate: a failure, not a hang
+        await _capped_calls(server, gate, handler, results, ran, wait_seconds)
+    return results, ran, gate
+
+
+async def _capped_calls(
+    server: MCPServer,
+    gate: Gate,
+    handler: dict[str, Any],
+    results: dict[str, types.CallToolResult],
+    ran: list[str],
+    wait: float,
+) -> None:
+    async with Client(server, mode="2026-07-28") as client:
+
+        async def call(text: str) -> None:
+            results[text] = await client.call_tool("echo", {"text": text, "result_handler": handler})
+
+        async with anyio.create_task_group() as group:
+            for text in ("a", "b"):
+                group.start_soon(call, text)
+            while gate.running < 2:
+                await anyio.sleep(0.01)
+            if wait < 1:
+                await call("c")  # every place taken: it waits, then is refused
+            else:
+                group.start_soon(call, "c")
+                await anyio.sleep(0.2)  # it waits for a place
+                assert "c" not in ran and gate.running == 2
+            gate.open.set()
+
+
+async def test_handlers_at_once_are_capped_and_a_call_past_the_cap_is_refused():
+    results, ran, gate = await capped_calls(wait_seconds=0.3)
+    refused = results["c"]
+    assert refused.is_error
+    assert "runs at most 2 calls with a result handler at once" in text_of(refused)
+    assert "the tool did not run" in text_of(refused)
+    assert sorted(ran) == ["a", "b"] and gate.most == 2
+    assert [json.loads(results[text].content[0].text) for text in "ab"] == ["a", "b"]
+
+
+async def test_a_call_past_the_cap_waits_for_a_place():
+    results, ran, gate = await capped_calls(wait_seconds=30)
+    assert not any(result.is_error for result in results.values())
+    assert sorted(ran) == ["a", "b", "c"] and gate.most == 2
 
 
 def test_typed_wrappers_are_valid_python_from_the_schemas():

@@ -252,7 +252,8 @@ def test_a_run_time_template_error_names_the_file_line_and_step(tmp_path):
     tool = load_workflow_tool(path, warn=None)
     with pytest.raises(ToolPhaseError) as caught:
         anyio.run(lambda: run_tool(tool, {}, MockClient(sample_responses=["7"]), portable=True))
-    assert f"{path.resolve()}:7: step 'use': instruction: UndefinedError" in str(caught.value)
+    # the place is the template's own line and column (its text starts after the quote), in the step 'use'
+    assert f"{path.resolve()}:8:21: step 'use': instruction: UndefinedError" in str(caught.value)
 
 
 def test_templates_are_sandboxed(tmp_path):

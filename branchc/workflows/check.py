@@ -22,7 +22,7 @@ from ..splitter.diagnostics import Diagnostic
 from .model import RESERVED_PARAMS, Branch, Foreach, Param, Shape, Step, Workflow, WorkflowFile, form_class
 from .runtime import ENVIRONMENT
 
-__all__ = ["Source", "WorkflowError", "check_workflow", "load_workflow"]
+__all__ = ["Source", "WorkflowError", "check_workflow", "load_workflow", "template_places"]
 
 Path_ = tuple[Any, ...]
 
@@ -622,6 +622,28 @@ def load_workflow(path: str | Path) -> tuple[Workflow, list[Diagnostic]]:
     if any(d.severity == "error" for d in found):
         raise WorkflowError(sorted(found, key=lambda d: (d.line, d.column)))
     return workflow, found
+
+
+def template_places(path: str | Path, workflow: Workflow) -> dict[str, list[tuple[int, int]]]:
+    """Where each template of `workflow` (read from `path`) is in the file, for errors at run time: keyed as
+    the generated module keys its texts (`step.instruction`, `step.system_prompt`, `step.complete`,
+    `step.next.N`), the file's (line, column) of each of the template's lines."""
+    source = _read(str(path))
+    places: dict[str, list[tuple[int, int]]] = {}
+    for index, step in enumerate(workflow.steps):
+        here = ("workflow", "steps", index)
+        texts: list[tuple[str, Path_, str | None]] = [
+            ("instruction", (*here, "instruction"), step.instruction),
+            ("system_prompt", (*here, "system_prompt"), step.system_prompt),
+            ("complete", (*here, "complete"), step.complete if isinstance(step.complete, str) else None),
+        ]
+        for number, branch in enumerate(step.next if isinstance(step.next, list) else ()):
+            texts.append((f"next.{number}", (*here, "next", number, "if"), branch.if_))
+        for key, where, text in texts:
+            if text is not None:
+                lines = range(1, text.count("\n") + 2)
+                places[f"{step.id}.{key}"] = [source.template_place(where, line) for line in lines]
+    return places
 
 
 def check_workflow(path: str | Path) -> list[Diagnostic]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..splitter.build import MANIFEST, build_folder, cache_root
 from ..splitter.diagnostics import Diagnostic
-from .check import WorkflowError, load_workflow
+from .check import WorkflowError, load_workflow, template_places
 from .model import Shape, Step, Workflow, form_class
 
 __all__ = ["find_workflows", "generate_module", "is_workflow_file", "module_name", "workflow_build"]
@@ -121,8 +121,14 @@ def _form_class(step: Step) -> tuple[str, bool]:
     return "\n".join(lines), False
 
 
-def generate_module(workflow: Workflow, source: str, lines: dict[str, int]) -> str:
-    """The Python source of the workflow's tool. `lines`: each step's line in the YAML file."""
+def generate_module(
+    workflow: Workflow,
+    source: str,
+    lines: dict[str, int],
+    places: dict[str, list[tuple[int, int]]] | None = None,
+) -> str:
+    """The Python source of the workflow's tool. `lines`: each step's line in the YAML file; `places`: each
+    template line's (line, column) in it (check.template_places), for errors at run time."""
     texts: dict[str, str] = {}
     steps: dict[str, dict[str, Any]] = {}
     forms: list[str] = []
@@ -213,6 +219,7 @@ W = Templates(
     name={workflow.name!r},
     description={workflow.description!r},
     guidance={workflow.guidance!r},
+    places={json.dumps(places or {})},
 )
 {chr(10) * 2 + form_text + chr(10) if form_text else ""}
 
@@ -298,7 +305,9 @@ def generated_folder(path: str | Path) -> Path:
     wanted: dict[str, Path] = {}
     for file in find_workflows(path):
         workflow, _ = load_workflow(file)
-        text = generate_module(workflow, str(file.resolve()), _step_lines(file, workflow))
+        text = generate_module(
+            workflow, str(file.resolve()), _step_lines(file, workflow), template_places(file, workflow)
+        )
         target = folder / f"{module_name(file, path if path.is_dir() else None)}.py"
         if (other := wanted.get(target.name)) is not None:
             message = f"its tool module would be named {target.stem}, as {other}'s is"

@@ -7,14 +7,12 @@ step id; the environment and the compiled templates are module globals, rebuilt 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import jsonschema
-from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError
 from pydantic import BaseModel
 
 from ..continuation.generator import state
@@ -22,15 +20,17 @@ from ..runtime.errors import BranchcError
 from ..runtime.inputs import InputError, parse_json
 from ..runtime.machine import Machine
 from ..runtime.tool import Tool
+from .bounded import BoundedEnvironment
 
 __all__ = ["ENVIRONMENT", "Position", "Templates", "WorkflowRunError", "workflow_of"]
 
-ENVIRONMENT = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-ENVIRONMENT.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+#: Jinja2's immutable sandbox, each rendering's work bounded (bounded.py: TemplateLimits).
+ENVIRONMENT = BoundedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 
 class WorkflowRunError(BranchcError, RuntimeError):
-    """A step failed at run time: the message names the YAML file, the step's line and the step."""
+    """A step failed at run time: the message names the YAML file, the line and column of the template line
+    where it failed (else the step's line), and the step."""
 
     names_its_place = True  # so a tool error shows it as it is, not at a line of the generated module
 
@@ -45,7 +45,44 @@ def _expression(source: str) -> Any:
     return ENVIRONMENT.compile_expression(source)
 
 
-_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+def _template_line(error: BaseException) -> int | None:
+    """The template line an error happened on: Jinja2 puts the template's own lines (file `<template>`) in a
+    rendering error's traceback; the innermost one."""
+    line = getattr(error, "lineno", None) if isinstance(error, TemplateSyntaxError) else None
+    frame = error.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename == "<template>":
+            line = frame.tb_lineno
+        frame = frame.tb_next
+    return line
+
+
+_FENCE_TAG = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def unfence(text: str) -> str | None:
+    """The body of an answer wrapped in a Markdown code fence (```json ... ```, blank space around it),
+    else None. A few scans of the text, never backtracking (an answer is client input), with the results
+    of the regex it replaces, `^\\s*```[A-Za-z0-9_-]*\\s*\\n(.*?)\\n\\s*```\\s*$` (DOTALL; cubic on an
+    opening fence and many newlines): the body starts after the last newline of the blank space that
+    follows the opening fence's info string which still has a newline of the blank space before the closing
+    fence after it, and ends at the first such newline."""
+    length = len(text)
+    start = length - len(text.lstrip())
+    body = text.rstrip()
+    if not text.startswith("```", start) or not body.endswith("```"):
+        return None
+    end = start + 3
+    while end < length and text[end] in _FENCE_TAG:  # the info string (json, python, ...)
+        end += 1
+    blank = length - len(text[end:].lstrip())  # the blank space after it ends where the body's text begins
+    closing = len(body) - 3
+    before = len(body[:closing].rstrip())  # the blank space before the closing fence starts here
+    last = text.rfind("\n", before, closing)
+    opened = text.rfind("\n", end, min(blank, last)) if last >= 0 else -1
+    if opened < 0:
+        return None
+    return text[opened + 1 : text.find("\n", max(opened + 1, before), closing)]
 
 
 @dataclass(frozen=True)
@@ -71,6 +108,7 @@ class Templates:
         name: str = "",
         description: str = "",
         guidance: str = "",
+        places: dict[str, list[list[int]]] | None = None,
     ) -> None:
         self.source = source
         self.lines = lines
@@ -79,23 +117,38 @@ class Templates:
         self.name = name
         self.description = description
         self.guidance = guidance
+        self.places = places or {}
 
-    def where(self, step: str) -> str:
+    def where(self, step: str, text: str | None = None, error: BaseException | None = None) -> str:
+        """`file:line: step 'id'`; for an error in the template `text` (`step.instruction`, ...), the
+        file's line and column of the template line where it happened, when known (an expression, `step.next.N`:
+        where it starts)."""
+        place = self.places.get(text or "")
+        line = _template_line(error) if error is not None and place and ".next." not in (text or "") else 1
+        if place and line is not None and 0 < line <= len(place):
+            return f"{self.source}:{place[line - 1][0]}:{place[line - 1][1]}: step {step!r}"
         return f"{self.source}:{self.lines.get(step, 1)}: step {step!r}"
 
     def render(self, step: str, key: str, values: dict[str, Any]) -> str:
-        """The step's template `key` rendered from `values`."""
+        """The step's template `key` rendered from `values`; past one of the environment's TemplateLimits, a
+        WorkflowRunError naming the place and the limit."""
+        text = f"{step}.{key}"
         try:
-            return _template(self.texts[f"{step}.{key}"]).render(values)
-        except TemplateError as error:  # SecurityError and UndefinedError are TemplateErrors
-            raise WorkflowRunError(f"{self.where(step)}: {key}: {type(error).__name__}: {error}") from None
+            return _template(self.texts[text]).render(values)
+        except TemplateError as error:  # SecurityError (TemplateLimitError) and UndefinedError are TemplateErrors
+            where = self.where(step, text, error)
+            raise WorkflowRunError(f"{where}: {key}: {type(error).__name__}: {error}") from None
+        except RecursionError:  # macros calling themselves without end
+            raise WorkflowRunError(f"{self.where(step)}: {key}: the template recursed too deeply") from None
 
     def test(self, step: str, index: int, values: dict[str, Any]) -> bool:
         """Whether the `if` of the step's `next` entry `index` holds for `values`."""
+        text = f"{step}.next.{index}"
         try:
-            return bool(_expression(self.texts[f"{step}.next.{index}"])(**values))
+            return bool(_expression(self.texts[text])(**values))
         except TemplateError as error:
-            raise WorkflowRunError(f"{self.where(step)}: next[{index}].if: {type(error).__name__}: {error}") from None
+            where = self.where(step, text, error)
+            raise WorkflowRunError(f"{where}: next[{index}].if: {type(error).__name__}: {error}") from None
 
     def items(self, step: str, name: str, values: dict[str, Any]) -> list[Any]:
         """The saved list a foreach step runs over."""
@@ -132,8 +185,8 @@ class Templates:
         schema = self.steps[step]["schema"]
         if schema is None:
             return text
-        fenced = _FENCE.match(text)
-        raw = fenced.group(1) if fenced else text.strip()
+        fenced = unfence(text)
+        raw = fenced if fenced is not None else text.strip()
         try:
             value = parse_json(raw, "the answer")  # bounded: depth and size, as every input
         except InputError as error:

@@ -6,19 +6,25 @@ hints, defaults and the schema's descriptions, so the calling model reads them (
 `result_handler` parameter's description) and an engine that runs full Python can execute them. Every call
 goes to the parent (`_call(name, arguments)`), which validates the arguments against the tool's schema and
 runs the tool (`ChainedCalls`); a handler's calls are bounded, and a chained call cannot carry a handler of
-its own.
+its own. The arguments come from the handler (client input) and the patterns from the tool's schema: jsonschema
+would search them with Python's backtracking `re` (`^(a+)+$` takes exponential time there), so `pattern`,
+`patternProperties` and `additionalProperties` are checked here with pydantic-core's Rust regex engine, which
+runs in linear time (the engine pydantic models use, so a tool's own patterns compile in it).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import keyword
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import jinja2
 import jsonschema
+from jsonschema import ValidationError
+from pydantic_core import SchemaError, SchemaValidator, core_schema
 
 from .engine import HandlerError
 
@@ -130,10 +136,101 @@ class ChainedCalls:
         self.made += 1
         if self.made > self.limit:
             raise HandlerError(f"a handler may call at most {self.limit} tools; this is call {self.made}")
-        validator = jsonschema.Draft202012Validator(self.tools[name])
-        if problems := sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path)):
+        schema = self.tools[name]
+        if _has_both(schema, "unevaluatedProperties", "patternProperties"):
+            raise HandlerError(
+                f"tools.{python_name(name)}: the tool's schema joins unevaluatedProperties and patternProperties, "
+                "which handlers cannot check (its patterns would not be matched in linear time)"
+            )
+        try:
+            problems = sorted(_Validator(schema).iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        except _Unmatchable as unmatchable:
+            raise HandlerError(
+                f"tools.{python_name(name)}: the tool's schema has the pattern {unmatchable.pattern!r}, which cannot "
+                "be matched in linear time (no look-around or backreferences), so handlers cannot call this tool"
+            ) from None
+        if problems:
             lines = "; ".join(
                 f"{'.'.join(map(str, problem.absolute_path)) or 'arguments'}: {problem.message}" for problem in problems
             )
             raise HandlerError(f"tools.{python_name(name)}: the arguments do not fit the tool's schema: {lines}")
         return await self.run(name, arguments)
+
+
+class _Unmatchable(Exception):
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+
+
+@functools.lru_cache(maxsize=512)
+def _pattern_validator(pattern: str) -> SchemaValidator | None:
+    try:
+        return SchemaValidator(core_schema.str_schema(pattern=pattern, regex_engine="rust-regex"))
+    except SchemaError:
+        return None
+
+
+def _search(pattern: str, text: str) -> bool:
+    """Whether `pattern` matches somewhere in `text` (as JSON Schema's `pattern`), in linear time."""
+    validator = _pattern_validator(pattern)
+    if validator is None:
+        raise _Unmatchable(pattern)
+    return validator.isinstance_python(text)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+_ADDITIONAL = jsonschema.Draft202012Validator.VALIDATORS["additionalProperties"]
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: dict[str, Any]) -> Any:
+    """jsonschema's additionalProperties, its patternProperties matched here (its own uses `re`)."""
+    if "patternProperties" not in schema or not validator.is_type(instance, "object"):
+        yield from _ADDITIONAL(validator, allowed, instance, schema)
+        return
+    known = schema.get("properties", {})
+    patterns = list(schema["patternProperties"])
+    extras = [key for key in instance if key not in known and not any(_search(p, key) for p in patterns)]
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        verb = "does" if len(extras) == 1 else "do"
+        joined = ", ".join(repr(extra) for extra in sorted(extras))
+        listed = ", ".join(repr(pattern) for pattern in sorted(patterns))
+        yield ValidationError(f"{joined} {verb} not match any of the regexes: {listed}")
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
+)
+
+
+def _has_both(schema: Any, first: str, second: str) -> bool:
+    """Whether the keys `first` and `second` both occur somewhere in the JSON value `schema`."""
+    seen: set[str] = set()
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            seen.update(key for key in (first, second) if key in item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return first in seen and second in seen

@@ -29,6 +29,7 @@ __all__ = [
     "Limits",
     "ResultEngine",
     "ToolCaller",
+    "json_size_floor",
 ]
 
 
@@ -70,6 +71,42 @@ class Limits:
     output_bytes: int = 1 << 20  # the result's JSON, and what the script prints
     tool_calls: int = 20  # calls to other tools through `tools`
     recursion: int = 200
+
+
+def json_size_floor(value: Any, limit: int) -> int:
+    """A lower bound on the size of `value` as compact JSON in UTF-8 (each character a byte at least, each
+    number its digits), counted without writing it, and never past `limit` + 1: the walk stops as soon as the
+    count passes `limit`. Each visit adds at least one, so it visits at most `limit` + 1 values, whatever the
+    value: a list holding itself, or a list shared at every level of a deep nesting (a few kilobytes in the
+    sandbox that would be terabytes of JSON), is only walked until it is known to be too large. Once the count
+    is within `limit`, the JSON is at most a few times `limit` (escapes, multi-byte characters), so writing
+    it to measure it exactly is bounded too."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif item is None or isinstance(item, bool):
+            total += 4
+        elif isinstance(item, int):
+            total += max(1, int(item.bit_length() * 0.30103))
+        elif isinstance(item, float):
+            total += 1
+        elif isinstance(item, dict):
+            total += 1 + 2 * len(item)
+            if total <= limit:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            total += 1 + len(item)
+            if total <= limit:
+                stack.extend(item)
+        else:
+            total += 1  # not JSON data: the checks that follow name it
+        if total > limit:
+            return limit + 1
+    return total
 
 
 #: Calls a tool of the same server for a handler: (tool name, arguments) -> the tool's result as JSON data.

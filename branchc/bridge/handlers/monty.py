@@ -48,6 +48,7 @@ from .engine import (
     HandlerUnsupportedError,
     Limits,
     ToolCaller,
+    json_size_floor,
 )
 
 __all__ = ["MAX_SCRIPT_CHARS", "MontyEngine"]
@@ -128,8 +129,49 @@ def __branchc_probe(value):
     return (value, None, size)
 """
 
-_UNSUPPORTED = re.compile(r"does not yet support (?P<what>.+)$")
-_OUTPUT_CAP = re.compile(r"> (?P<cap>\d+) bytes$")
+# Monty's messages are read to say what went wrong; a message may be the script's own (`raise
+# NotImplementedError(...)`), so each is read in one pass: plain string scanning, or a regex that cannot backtrack.
+_SUSPENSIONS = re.compile(r"suspension limit \d+ exceeded")  # a literal, then digits: no overlap, no backtracking
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")  # the name's run of [\w.] cannot hold the literal's spaces
+_SHOWN_MESSAGE = 2000  # characters of an exception's message in the error the calling model reads
+
+
+def _clip(message: str) -> str:
+    """A message as shown to the calling model: at most _SHOWN_MESSAGE characters of it."""
+    if len(message) <= _SHOWN_MESSAGE:
+        return message
+    return f"{message[:_SHOWN_MESSAGE]}... ({len(message):,} characters in all)"
+
+
+def _last_line(message: str) -> str:
+    """The text a regex `...$` (no MULTILINE) ends on: the last line, before a final newline if there is one."""
+    body = message[:-1] if message.endswith("\n") else message
+    return body[body.rfind("\n") + 1 :]
+
+
+def _unsupported(message: str) -> str | None:
+    """What Monty says it does not support: the rest of the message's last line after its first
+    "does not yet support " (as the regex `does not yet support (?P<what>.+)$` found it, without its
+    quadratic time on a message of many such phrases and a last line without one)."""
+    line = _last_line(message)
+    found = line.find(_NOT_YET)
+    what = line[found + len(_NOT_YET) :] if found >= 0 else ""
+    return what or None
+
+
+_NOT_YET = "does not yet support "
+
+
+def _memory_cap(message: str) -> int | None:
+    """The cap in a memory-limit message ending `> N bytes` (N a run of decimal digits), else None."""
+    line = _last_line(message)
+    if not line.endswith(" bytes"):
+        return None
+    head = line[: -len(" bytes")]
+    digits = len(head) - len(head.rstrip("0123456789"))
+    if not digits or digits > 20 or not head[: len(head) - digits].endswith("> "):
+        return None
+    return int(head[len(head) - digits :])
 
 
 class _Tools:
@@ -217,7 +259,7 @@ class MontyEngine:
             pool = await self._started()
         except (OSError, monty.MontyError) as error:  # no `monty` binary, or it cannot run here
             raise HandlerError(f"the Monty engine could not start its workers: {error}") from None
-        bridge = _ToolBridge(tools, call, limits.tool_calls) if tools is not None and call is not None else None
+        bridge = _ToolBridge(tools, call, limits) if tools is not None and call is not None else None
         inputs: dict[str, Any] = {"tool_output": tool_output, "arguments": arguments}
         if bridge is not None:
             inputs["tools"] = bridge.instance
@@ -287,10 +329,11 @@ def _resource_limits(limits: Limits) -> monty.ResourceLimits:
 class _ToolBridge:
     """`tools` for one run: which Python names are which tools, and how many calls were made."""
 
-    def __init__(self, tools: dict[str, dict[str, Any]], call: ToolCaller, limit: int) -> None:
+    def __init__(self, tools: dict[str, dict[str, Any]], call: ToolCaller, limits: Limits) -> None:
         self.instance = monty.ClassInstance(_Tools())
         self.call = call
-        self.limit = limit
+        self.limit = limits.tool_calls
+        self.max_bytes = limits.output_bytes
         self.made = 0
         self.names: dict[str, str] = {}
         self.params: dict[str, dict[str, str]] = {}
@@ -328,6 +371,9 @@ class _ToolBridge:
             raise HandlerLimitError(f"the handler called more than {self.limit} tools (tool call limit)")
         keys = self.params[py]
         arguments = {keys.get(key, key): value for key, value in snapshot.kwargs.items()}
+        if json_size_floor(arguments, self.max_bytes) > self.max_bytes:  # checked here: the sandbox is not believed
+            error = ValueError(f"tools.{py}(): the arguments are more than {self.max_bytes} bytes of JSON")
+            return await snapshot.resume({"exception": error})
         try:
             result = await self.call(self.names[py], arguments)
         except HandlerError as failed:
@@ -387,34 +433,43 @@ def _prepare(script: str) -> tuple[str, bool]:
 
 
 def _checked(output: Any, probed: bool, limits: Limits) -> Any:
-    """The result once it is known to be JSON data within the output limit."""
+    """The result once it is known to be JSON data within the output limit. The in-sandbox check (the probe)
+    only gives a clear message early: the script can redefine it, so the host measures the value itself,
+    first with a walk that stops past the cap (json_size_floor), then exactly, before it is encoded or returned."""
     if probed:
         if not (isinstance(output, tuple) and len(output) == 3):
             raise HandlerResultError("the result could not be checked (the script replaced the engine's check)")
         value, problem, size = output
         if problem is not None:
-            raise HandlerResultError(f"{problem}; {_KINDS}")
+            raise HandlerResultError(f"{_clip(str(problem))}; {_KINDS}")
         if isinstance(size, int) and size > limits.output_bytes:
-            raise HandlerLimitError(
-                f"the result is {size} bytes of JSON, more than {limits.output_bytes} (output limit):"
-                " return a smaller summary"
-            )
+            raise HandlerLimitError(_too_large(size, limits))
     else:
         value = output
+    if json_size_floor(value, limits.output_bytes) > limits.output_bytes:
+        raise HandlerLimitError(_too_large(None, limits))
     try:
         listed, total = json_data_problems(value, "result")
     except RecursionError:
         raise HandlerResultError("the result is nested too deeply to check (or to encode as JSON)") from None
     if total:
         more = f" (and {total - 1} more)" if total > 1 else ""
-        raise HandlerResultError(f"{listed[0]}{more}; {_KINDS}")
-    if not probed:
+        raise HandlerResultError(f"{_clip(listed[0])}{more}; {_KINDS}")
+    try:
         size = len(_dumps(value))
-        if size > limits.output_bytes:
-            raise HandlerLimitError(
-                f"the result is {size} bytes of JSON, more than {limits.output_bytes} (output limit)"
-            )
+    except (ValueError, RecursionError):  # an int past CPython's int-string limit, or a nesting json refuses
+        raise HandlerResultError(
+            "the result cannot be encoded as JSON (an integer too long, or nested too deeply)"
+        ) from None
+    if size > limits.output_bytes:
+        raise HandlerLimitError(_too_large(size, limits))
     return value
+
+
+def _too_large(size: int | None, limits: Limits) -> str:
+    cap = limits.output_bytes
+    how = f"{size} bytes of JSON, more than {cap}" if size is not None else f"more than {cap} bytes of JSON"
+    return f"the result is {how} (output limit): return a smaller summary"
 
 
 def _dumps(value: Any) -> bytes:
@@ -463,17 +518,16 @@ def _translate(error: monty.MontyError, limits: Limits, lines: list[str], *, val
     inner = error.exception()
     kind, message = type(inner).__name__, str(inner)
     line, text = _where(error, lines)
-    if kind == "NotImplementedError" and (unsupported := _UNSUPPORTED.search(message)):
-        what = unsupported["what"]
+    if kind == "NotImplementedError" and (what := _unsupported(message)) is not None:
         where = f"line {line}: " if line is not None else ""
         return HandlerUnsupportedError(f"{where}{_MONTY} does not support {what}: {_HINT}", line)
     if kind == "TimeoutError" and "time limit exceeded" in message:
         return HandlerLimitError(_time_message(limits))
     if kind == "MemoryError" and message.startswith("branchc: printed"):
-        return HandlerLimitError(f"{message[len('branchc: ') :]}{_at(line, text)}")
+        return HandlerLimitError(f"{_clip(message[len('branchc: ') :])}{_at(line, text)}")
     if kind == "MemoryError" and "memory limit exceeded" in message:
-        cap = _OUTPUT_CAP.search(message)
-        if cap and int(cap["cap"]) == limits.output_bytes and limits.output_bytes != limits.memory_mb << 20:
+        cap = _memory_cap(message)
+        if cap == limits.output_bytes and limits.output_bytes != limits.memory_mb << 20:
             return HandlerLimitError(f"the handler printed more than {limits.output_bytes} bytes (output limit)")
         return HandlerLimitError(
             f"the handler used more than {limits.memory_mb} MB of memory (memory limit){_at(line, text)}"
@@ -482,12 +536,12 @@ def _translate(error: monty.MontyError, limits: Limits, lines: list[str], *, val
         return HandlerLimitError(
             f"the handler recursed deeper than {limits.recursion} calls (recursion limit){_at(line, text)}"
         )
-    if kind == "RuntimeError" and re.search(r"suspension limit \d+ exceeded", message):
+    if kind == "RuntimeError" and _SUSPENSIONS.search(message):
         return HandlerLimitError(
             f"the handler called out of the sandbox (tools, files, undefined names) too many times{_at(line, text)}"
         )
-    if kind == "ModuleNotFoundError" and (module := re.search(r"No module named '([\w.]+)'", message)):
+    if kind == "ModuleNotFoundError" and (module := _NO_MODULE.search(message)):
         if module[1].split(".")[0] in sys.stdlib_module_names:
             message += " (Monty has a part of the standard library: json, re, math, collections, itertools, ...)"
-    shown = f"{kind}: {message}" if message else kind
+    shown = f"{kind}: {_clip(message)}" if message else kind
     return HandlerRuntimeError(f"{shown}{_at(line, text)}")

@@ -48,7 +48,13 @@ from .engine import (
     ToolCaller,
 )
 
-__all__ = ["SandboxEngine", "SandboxUnavailableError", "bubblewrap_available", "bubblewrap_command"]
+__all__ = [
+    "SandboxEngine",
+    "SandboxUnavailableError",
+    "bubblewrap_available",
+    "bubblewrap_command",
+    "find_memory_cgroup",
+]
 
 log = logging.getLogger(__name__)
 
@@ -98,54 +104,62 @@ def _interpreter() -> tuple[str, tuple[str, ...], tuple[str, ...]]:
 
 # A seccomp filter (classic BPF, handed to bwrap's --seccomp): an extra layer under the rlimits. It refuses new
 # processes (fork, vfork, clone without CLONE_THREAD; clone3 says ENOSYS so glibc falls back to clone), which holds
-# even where RLIMIT_NPROC does not (the kernel exempts a sandbox whose user maps to the host's root), and system
-# calls a handler has no use for that widen the kernel's attack surface. x86-64 only: elsewhere, no filter.
-_X86_64_DENIED = {
-    "ptrace": 101,
-    "syslog": 103,
-    "chroot": 161,
-    "acct": 163,
-    "mount": 165,
-    "umount2": 166,
-    "swapon": 167,
-    "swapoff": 168,
-    "reboot": 169,
-    "init_module": 175,
-    "delete_module": 176,
-    "quotactl": 179,
-    "kexec_load": 246,
-    "add_key": 248,
-    "request_key": 249,
-    "keyctl": 250,
-    "unshare": 272,
-    "perf_event_open": 298,
-    "name_to_handle_at": 303,
-    "open_by_handle_at": 304,
-    "setns": 308,
-    "process_vm_readv": 310,
-    "process_vm_writev": 311,
-    "finit_module": 313,
-    "kexec_file_load": 320,
-    "bpf": 321,
-    "userfaultfd": 323,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "open_tree": 428,
-    "move_mount": 429,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "mount_setattr": 442,
+# even where RLIMIT_NPROC does not (the kernel exempts a sandbox whose user maps to the host's root); memory that
+# RLIMIT_AS does not count (memfd_create and memfd_secret, whose pages are written without being mapped, System V
+# shared memory, which outlives a detach, POSIX message queues): one handler under a 256 MB limit held 944 MB in
+# memfds before; and system calls a handler has no use for that widen the kernel's attack surface. (/dev/shm is
+# read-only: bwrap's /dev is remounted so; the working folder is a tmpfs of `scratch_mb`.) For x86-64 and aarch64.
+_DENIED = (
+    # memory outside the address space
+    "memfd_create memfd_secret shmget shmat shmctl shmdt mq_open "
+    # administration, tracing, keys, namespaces, mounts, io_uring
+    "ptrace syslog chroot acct mount umount2 swapon swapoff reboot init_module delete_module quotactl kexec_load "
+    "add_key request_key keyctl unshare perf_event_open name_to_handle_at open_by_handle_at setns "
+    "process_vm_readv process_vm_writev finit_module kexec_file_load bpf userfaultfd io_uring_setup io_uring_enter "
+    "io_uring_register open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr"
+).split()
+
+# name -> number: x86-64 (arch/x86/entry/syscalls/syscall_64.tbl), aarch64 (include/uapi/asm-generic/unistd.h).
+_X86_64 = {
+    **{"fork": 57, "vfork": 58, "clone": 56, "clone3": 435},
+    **{"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67},
+    **{"mq_open": 240, "ptrace": 101, "syslog": 103, "chroot": 161, "acct": 163, "mount": 165, "umount2": 166},
+    **{"swapon": 167, "swapoff": 168, "reboot": 169, "init_module": 175, "delete_module": 176, "quotactl": 179},
+    **{"kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272},
+    **{"perf_event_open": 298, "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308},
+    **{"process_vm_readv": 310, "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320},
+    **{"bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+    **{"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433},
+    **{"mount_setattr": 442},
+}
+_AARCH64 = {  # no fork or vfork: processes are made with clone
+    **{"clone": 220, "clone3": 435},
+    **{"memfd_create": 279, "memfd_secret": 447, "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197},
+    **{"mq_open": 180, "ptrace": 117, "syslog": 116, "chroot": 51, "acct": 89, "mount": 40, "umount2": 39},
+    **{"swapon": 224, "swapoff": 225, "reboot": 142, "init_module": 105, "delete_module": 106, "quotactl": 60},
+    **{"kexec_load": 104, "add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97},
+    **{"perf_event_open": 241, "name_to_handle_at": 264, "open_by_handle_at": 265, "setns": 268},
+    **{"process_vm_readv": 270, "process_vm_writev": 271, "finit_module": 273, "kexec_file_load": 294},
+    **{"bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+    **{"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433},
+    **{"mount_setattr": 442},
+}
+#: machine -> (AUDIT_ARCH_*, its system call numbers, whether numbers from 0x40000000 up are another ABI (x32))
+_ARCHITECTURES = {
+    "x86_64": (0xC000003E, _X86_64, True),
+    "aarch64": (0xC00000B7, _AARCH64, False),
+    "arm64": (0xC00000B7, _AARCH64, False),
 }
 
 
 @functools.cache
-def seccomp_program() -> bytes | None:
-    """The filter as bwrap reads it (struct sock_filter[]), or None on machines it was not written for."""
-    if platform.machine() != "x86_64" or sys.byteorder != "little":
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """The filter as bwrap reads it (struct sock_filter[]) for `machine` (this one's by default), or None on
+    machines it was not written for."""
+    found = _ARCHITECTURES.get(machine or platform.machine())
+    if found is None or sys.byteorder != "little":
         return None
+    arch, numbers, x32 = found
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
 
@@ -154,24 +168,24 @@ def seccomp_program() -> bytes | None:
 
     program = [
         (ld, 0, 0, 4),  # seccomp_data.arch
-        (jeq, 1, 0, 0xC000003E),  # AUDIT_ARCH_X86_64; anything else (int 0x80's i386 calls) ends the process
+        (jeq, 1, 0, arch),  # anything else (x86-64's int 0x80 i386 calls, aarch64's 32-bit mode) ends the process
         (ret, 0, 0, kill),
         (ld, 0, 0, 0),  # seccomp_data.nr
-        (jge, 0, 1, 0x40000000),  # the x32 ABI
-        (ret, 0, 0, errno_(errno.ENOSYS)),
-        (jeq, 0, 1, 435),  # clone3
-        (ret, 0, 0, errno_(errno.ENOSYS)),
-        (jeq, 0, 1, 57),  # fork
-        (ret, 0, 0, errno_(errno.EAGAIN)),
-        (jeq, 0, 1, 58),  # vfork
-        (ret, 0, 0, errno_(errno.EAGAIN)),
-        (jeq, 0, 4, 56),  # clone: a thread (CLONE_THREAD in its flags, args[0]) may start, a process not
+    ]
+    if x32:
+        program += [(jge, 0, 1, 0x40000000), (ret, 0, 0, errno_(errno.ENOSYS))]  # the x32 ABI
+    program += [(jeq, 0, 1, numbers["clone3"]), (ret, 0, 0, errno_(errno.ENOSYS))]
+    for name in ("fork", "vfork"):
+        if name in numbers:
+            program += [(jeq, 0, 1, numbers[name]), (ret, 0, 0, errno_(errno.EAGAIN))]
+    program += [
+        (jeq, 0, 4, numbers["clone"]),  # clone: a thread (CLONE_THREAD in its flags, args[0]) may start, a process not
         (ld, 0, 0, 16),
         (jset, 0, 1, 0x00010000),
         (ret, 0, 0, allow),
         (ret, 0, 0, errno_(errno.EAGAIN)),
     ]
-    for number in sorted(_X86_64_DENIED.values()):
+    for number in sorted(numbers[name] for name in _DENIED):
         program += [(jeq, 0, 1, number), (ret, 0, 0, errno_(errno.EPERM))]
     program.append((ret, 0, 0, allow))
     return b"".join(struct.pack("<HBBI", *instruction) for instruction in program)
@@ -270,6 +284,85 @@ def bubblewrap_available() -> str | None:
     return None
 
 
+#: The cgroup v2 unified hierarchy, where `find_memory_cgroup("auto")` looks.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_CGROUP_PREFIX = "branchc-handler-"
+
+
+def _own_cgroup() -> Path | None:
+    """This process's cgroup v2 folder, when /sys/fs/cgroup is the unified hierarchy (not a hybrid one)."""
+    if not (CGROUP_ROOT / "cgroup.controllers").is_file():
+        return None
+    try:
+        lines = Path("/proc/self/cgroup").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    own = next((line[3:] for line in lines if line.startswith("0::")), None)
+    return None if own is None else CGROUP_ROOT / own.lstrip("/")
+
+
+def find_memory_cgroup(setting: str | os.PathLike[str] | None = "auto") -> tuple[Path | None, str]:
+    """The cgroup v2 folder under which each handler run gets a cgroup of its own with `memory.max` (or None),
+    and why not. `setting`: a folder, "auto" (this process's own cgroup, when it may hold such children), or
+    None. A folder serves when its `cgroup.subtree_control` enables the memory controller and it is writable: a
+    cgroup delegated to the server (systemd's `Delegate=yes`) that holds no process itself, since the kernel
+    lets a cgroup enable controllers for its children only then (its root excepted)."""
+    if setting is None:
+        return None, "not asked for"
+    folder = _own_cgroup() if setting == "auto" else Path(setting)
+    if folder is None:
+        return None, f"{CGROUP_ROOT} is not a cgroup v2 unified hierarchy"
+    try:
+        controllers = (folder / "cgroup.subtree_control").read_text(encoding="utf-8").split()
+    except OSError as exc:
+        return None, f"{folder} is not a cgroup v2 folder ({exc.strerror or exc})"
+    if "memory" not in controllers:
+        return None, f"{folder}/cgroup.subtree_control does not enable the memory controller for its children"
+    if not os.access(folder, os.W_OK) or shutil.which("sh") is None:
+        return None, f"{folder} is not writable here (or there is no `sh` to enter a child cgroup)"
+    return folder, f"each handler in a cgroup of its own under {folder}, with memory.max"
+
+
+def _make_cgroup(parent: Path, memory_bytes: int) -> Path:
+    """A fresh cgroup for one run, its memory (the page cache, tmpfs and shared memory included) capped."""
+    child = parent / f"{_CGROUP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+    try:
+        child.mkdir()
+        (child / "memory.max").write_text(str(memory_bytes), encoding="ascii")
+        if (child / "memory.swap.max").exists():
+            (child / "memory.swap.max").write_text("0", encoding="ascii")
+    except OSError as exc:
+        _remove_cgroup_now(child)
+        raise HandlerError(f"the handler's cgroup could not be made under {parent}: {exc}") from None
+    return child
+
+
+def _in_cgroup(child: Path, argv: list[str]) -> list[str]:
+    """`argv` run by a shell that first moves itself into `child` (writing 0 to cgroup.procs moves the writer),
+    so the sandbox and everything in it start there."""
+    return [shutil.which("sh") or "/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(child / "cgroup.procs"), *argv]
+
+
+def _remove_cgroup_now(child: Path) -> bool:
+    try:
+        child.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            return False  # the kernel has not yet let go of the processes that ran in it
+        log.warning("could not remove the handler cgroup %s: %s", child, exc)
+    return True
+
+
+async def _remove_cgroup(child: Path) -> None:
+    for _ in range(40):
+        if _remove_cgroup_now(child):
+            return
+        await anyio.sleep(0.05)
+    log.warning("the handler cgroup %s stayed busy; it is left behind", child)
+
+
 class _Lines:
     """Newline-delimited frames from a byte stream, each at most `limit` bytes."""
 
@@ -315,16 +408,29 @@ class SandboxEngine:
 
     `processes`: RLIMIT_NPROC inside the sandbox (threads count too); `scratch_mb`: the size of the tmpfs
     working folder and the largest file the script may write; `startup_seconds`: how long the process may take
-    to start and compile the script before the handler's own time limit begins.
+    to start and compile the script before the handler's own time limit begins; `memory_cgroup`: a cgroup v2
+    folder under which each run gets a cgroup of its own whose `memory.max` is the memory limit plus the scratch
+    folder (it counts what RLIMIT_AS does not: page cache, tmpfs, shared memory), "auto" (this process's own
+    cgroup, when it can hold such children; else none) or None (find_memory_cgroup). With or without one, the
+    seccomp filter refuses memfds, System V shared memory and message queues, and /dev/shm is read-only.
     """
 
     def __init__(
-        self, *, unsafe: bool = False, processes: int = 16, scratch_mb: int = 16, startup_seconds: float = 10.0
+        self,
+        *,
+        unsafe: bool = False,
+        processes: int = 16,
+        scratch_mb: int = 16,
+        startup_seconds: float = 10.0,
+        memory_cgroup: str | os.PathLike[str] | None = "auto",
     ) -> None:
         self.processes = processes
         self.scratch_mb = scratch_mb
         self.startup_seconds = startup_seconds
         self.unsafe = unsafe
+        self.memory_cgroup, why = find_memory_cgroup(memory_cgroup)
+        if self.memory_cgroup is None and memory_cgroup not in (None, "auto"):
+            raise SandboxUnavailableError(f"memory_cgroup={str(memory_cgroup)!r} cannot be used: {why}")
         if unsafe:
             self.name = "python-unsafe"
             self.bwrap = None
@@ -341,6 +447,8 @@ class SandboxEngine:
         self.name = "python-sandbox"
         self.bwrap = shutil.which("bwrap")
         self.notice = "result handlers run in full CPython under bubblewrap"
+        if self.memory_cgroup is not None:
+            self.notice += f" ({why})"
 
     @property
     def sandboxed(self) -> bool:
@@ -398,8 +506,12 @@ class SandboxEngine:
         else:
             scratch = tempfile.TemporaryDirectory(prefix="branchc-handler-")
             argv, cwd = [_interpreter()[0], *python], scratch.name
+        cgroup = None
         try:
             try:
+                if self.memory_cgroup is not None:  # memory.max: what the rlimits miss (page cache, shared memory)
+                    cgroup = _make_cgroup(self.memory_cgroup, (limits.memory_mb + self.scratch_mb) << 20)
+                    argv = _in_cgroup(cgroup, argv)
                 process = await anyio.open_process(
                     argv, env={}, cwd=cwd, start_new_session=True, pass_fds=() if seccomp is None else (seccomp,)
                 )
@@ -416,6 +528,9 @@ class SandboxEngine:
         finally:
             if scratch is not None:
                 scratch.cleanup()
+            if cgroup is not None:
+                with anyio.CancelScope(shield=True):
+                    await _remove_cgroup(cgroup)
 
     async def _supervise(
         self,

@@ -135,6 +135,8 @@ def _describe(exc: BaseException, limits: dict, state: dict) -> dict:
         return {"kind": "limit", "type": "OSError", "message": message, "line": line}
     text = str(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if isinstance(exc, PermissionError) and exc.errno == errno.EPERM and exc.filename is None:
+        message += " (the sandbox refuses this system call: no shared memory, new processes or administration)"
     return {"kind": "runtime", "type": type(exc).__name__, "message": message, "line": line}
 
 

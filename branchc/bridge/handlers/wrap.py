@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import anyio
 import mcp.types as types
 from mcp.server import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -28,6 +29,11 @@ __all__ = ["ResultHandler", "ResultHandlers", "add_result_handlers"]
 
 PARAMETER = "result_handler"
 NOTE_KEY = "branchc/result_handler"
+
+#: Calls with a handler that one server runs at once, by default (each holds a sandbox: a Monty worker, or a
+#: process with its memory limit). A further call waits for a place up to WAIT_SECONDS, then is a tool error.
+MAX_RUNNING = 4
+WAIT_SECONDS = 10.0
 
 
 class ResultHandler(BaseModel):
@@ -98,12 +104,27 @@ def _size(result: types.CallToolResult) -> int:
 
 
 class ResultHandlers:
-    """The handlers of one server: its engine, their limits, and whether they may call the server's tools."""
+    """The handlers of one server: its engine, their limits, whether they may call the server's tools, and how
+    many calls with a handler run at once (`max_running`; a further one waits up to `wait_seconds` for a place,
+    then is refused with a tool error, before its tool runs)."""
 
-    def __init__(self, engine: ResultEngine, *, limits: Limits | None = None, chaining: bool = True) -> None:
+    def __init__(
+        self,
+        engine: ResultEngine,
+        *,
+        limits: Limits | None = None,
+        chaining: bool = True,
+        max_running: int = MAX_RUNNING,
+        wait_seconds: float = WAIT_SECONDS,
+    ) -> None:
+        if max_running < 1 or wait_seconds < 0:
+            raise ValueError("result handlers need max_running >= 1 and wait_seconds >= 0")
         self.engine = engine
         self.limits = limits or Limits()
         self.chaining = chaining
+        self.max_running = max_running
+        self.wait_seconds = wait_seconds
+        self._places: anyio.Semaphore | None = None  # made in the server's event loop, on the first call
 
     def listed(self, listed: types.ListToolsResult) -> types.ListToolsResult:
         """`listed` with the `result_handler` parameter on every tool (and output schemas that admit what a
@@ -144,6 +165,36 @@ class ResultHandlers:
         except ValidationError as error:
             lines = "\n".join(f"  {line}" for line in format_validation_errors(error))
             return _error(f"{PARAMETER}: expected {{language: 'python', script: str | [str, ...]}}:\n{lines}")
+        if self._places is None:
+            self._places = anyio.Semaphore(self.max_running)
+        places = self._places
+        try:
+            places.acquire_nowait()
+        except anyio.WouldBlock:
+            placed = False
+            with anyio.move_on_after(self.wait_seconds):
+                await places.acquire()
+                placed = True
+            if not placed:
+                return _error(
+                    f"{PARAMETER} refused: this server runs at most {self.max_running} calls with a result handler "
+                    f"at once, and none finished within {self.wait_seconds:g} s; the tool did not run, try again"
+                )
+        try:
+            return await self._run_handled(ctx, params, run, schemas, arguments, handler)
+        finally:
+            places.release()
+
+    async def _run_handled(
+        self,
+        ctx: ServerRequestContext,
+        params: types.CallToolRequestParams,
+        run: Any,
+        schemas: Mapping[str, dict[str, Any]],
+        arguments: dict[str, Any],
+        handler: ResultHandler,
+    ) -> Any:
+        """The tool, then its handler on the tool's result."""
         result = await run(ctx, params.model_copy(update={"arguments": arguments}))
         if not isinstance(result, types.CallToolResult) or result.is_error:
             return result  # a round that asks for more input, or a failed tool: the handler waits, or has nothing
@@ -186,12 +237,22 @@ def _error(text: str) -> types.CallToolResult:
 
 
 def add_result_handlers(
-    server: Any, engine: ResultEngine, *, limits: Limits | None = None, chaining: bool = True
+    server: Any,
+    engine: ResultEngine,
+    *,
+    limits: Limits | None = None,
+    chaining: bool = True,
+    max_running: int = MAX_RUNNING,
+    wait_seconds: float = WAIT_SECONDS,
 ) -> ResultHandlers:
     """Give every tool of `server` (an `MCPServer` or a lowlevel `Server`) the optional `result_handler`
-    parameter, run in `engine`. Call it after the server's tools are in place (and after `mount`)."""
+    parameter, run in `engine`, at most `max_running` calls with a handler at once (a further one waits up to
+    `wait_seconds` for a place, then is a tool error). Call it after the server's tools are in place (and after
+    `mount`)."""
     lowlevel = lowlevel_server(server, "add_result_handlers() wraps")
-    handlers = ResultHandlers(engine, limits=limits, chaining=chaining)
+    handlers = ResultHandlers(
+        engine, limits=limits, chaining=chaining, max_running=max_running, wait_seconds=wait_seconds
+    )
     own_list = lowlevel.get_request_handler("tools/list")
     own_call = lowlevel.get_request_handler("tools/call")
     if own_list is None or own_call is None:
