@@ -75,7 +75,8 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_updated ON runs (updated);
 CREATE INDEX IF NOT EXISTS runs_by_expires ON runs (expires);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, expires);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, expires, size);
+CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, status, expires, size);
 """
 SYNCHRONOUS = ("off", "normal", "full", "extra")
 # an unended run that expired is kept ENDING_GRACE seconds, to be ended (base.py): what gc and create leave alone
