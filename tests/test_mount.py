@@ -189,3 +189,14 @@ async def test_mounted_workflows_bring_their_guided_tools_and_prompts_beside_the
         assert step["instruction"] == "Say hello" and step["next_action"]["tool"] == "workflow_submit"
         done = await client.call_tool("workflow_submit", {"state_id": step["state_id"], "answer": "hi"})
         assert done.structured_content["result"] == "hi!"
+
+
+async def test_mounted_guided_runs_keep_the_settings_caps_as_create_server_does(tools_dir):
+    """Guided runs of a mounted server wait under the guided settings (here one run at most), in memory."""
+    server = lowlevel()
+    mount(server, tools_dir, state_key="s" * 40, guided=True, guided_max_runs=1)
+    async with Client(server, mode="2026-07-28") as client:  # it cannot sample: the calling model answers
+        first = await within(30, client.call_tool("haiku", {"topic": "rain"}))
+        second = await within(30, client.call_tool("haiku", {"topic": "snow"}))
+    assert not first.is_error and first.structured_content["status"] == "waiting_for_answers"
+    assert second.is_error and "--guided-max-runs 1" in second.content[0].text, second

@@ -41,15 +41,12 @@ from ..runtime.limits import Limits
 from ..runtime.tool import Tool
 from ..store.base import RunStore
 from ..store.keys import KeyRing
-from .durable import store_guided_runs
 from .expiry import attach_sweeper
-from .guided import RESUME_TOOL, GuidedRuns
+from .guided import RESUME_TOOL
 from .loading import ServeLoadError, load_served_tools
 from .provider import ChatCompletionsProvider
-from .quotas import CallSlots, run_caps
-from .server import Bridge, state_security
+from .server import Bridge, bridge_for, state_security
 from .settings import ServeSettings
-from .waiting import StoreWaitingRuns
 from .workflow_tools import WorkflowTools
 
 __all__ = ["mount"]
@@ -104,23 +101,8 @@ def mount(
     if (own_prompts := getattr(server, "_prompt_manager", None)) is not None:
         if taken := sorted(name for name in workflows.workflows if own_prompts.get_prompt(name) is not None):
             raise ValueError(f"{', '.join(taken)}: the server has a prompt of that name already; rename one")
-    runs = None
-    if (guided or workflows) and store is not None:
-        runs = store_guided_runs(GuidedRuns(store=StoreWaitingRuns(store)), found)
-    bridge = Bridge(
-        found,
-        name=lowlevel.name,
-        limits=limits,
-        sampling=settings.sampling,
-        provider=provider,
-        guided=guided,
-        guided_runs=runs,
-        answer_timeout=settings.answer_timeout or None,
-        store=store,
-        state_ttl=state_ttl,
-        executor=executor,
-        caps=run_caps(store, settings),
-        call_slots=CallSlots(settings.principal_max_calls),
+    bridge = bridge_for(
+        found, settings, name=lowlevel.name, limits=limits, provider=provider, store=store, executor=executor
     )
     ours = set(bridge.tools) | ({RESUME_TOOL} if guided else set()) | bridge.workflows.names
     _beside(lowlevel, "tools", "tools/call", types.CallToolRequestParams, ours, bridge.list_tools, bridge.call_tool)

@@ -247,6 +247,47 @@ def state_security(keys: KeyRing | None, ttl: float = 600, *, warn: bool = True)
     return RequestStateSecurity.ephemeral(ttl=ttl)
 
 
+def bridge_for(
+    tools: Mapping[str, Tool],
+    settings: ServeSettings,
+    *,
+    name: str,
+    limits: Limits | None = None,
+    provider: ChatCompletionsProvider | None = None,
+    store: RunStore | None = None,
+    guided_store: RunStore | None = None,
+    executor: Executor | None = None,
+) -> Bridge:
+    """The Bridge `settings` describe, for `create_server` and `mount` alike: guided runs held in
+    `guided_store` (else `store`, else this process's memory) under the guided TTL and caps, 2026-07-28 runs
+    capped in `store`, and calls at once capped per principal."""
+    if provider is None and settings.sampling != "client":
+        provider = settings.provider()
+    runs = None
+    if settings.guided or any(workflow_of(tool) is not None for tool in tools.values()):
+        held = guided_store if guided_store is not None else store
+        caps = (settings.guided_max_runs, int(settings.guided_max_mb * 2**20))
+        waiting = StoreWaitingRuns(held, *caps) if held is not None else MemoryWaitingRuns(*caps)
+        runs = GuidedRuns(settings.guided_ttl, waiting)
+        if held is not None:
+            store_guided_runs(runs, tools)
+    return Bridge(
+        tools,
+        name=name,
+        limits=limits,
+        sampling=settings.sampling,
+        provider=provider,
+        guided=settings.guided,
+        guided_runs=runs,
+        answer_timeout=settings.answer_timeout or None,
+        store=store,
+        state_ttl=settings.state_ttl,
+        executor=executor,
+        caps=run_caps(store, settings),
+        call_slots=CallSlots(settings.principal_max_calls),
+    )
+
+
 def create_server(
     tools: Mapping[str, Tool],
     settings: ServeSettings | None = None,
@@ -280,31 +321,15 @@ def create_server(
     name, state_ttl = settings.name, settings.state_ttl
     if keys is None and settings.state_key_text is not None:
         keys = KeyRing.parse(settings.state_key_text)
-    guided = settings.guided
-    if provider is None and settings.sampling != "client":
-        provider = settings.provider()
-    runs = None
-    if guided or any(workflow_of(tool) is not None for tool in tools.values()):
-        held = guided_store if guided_store is not None else store
-        caps = (settings.guided_max_runs, int(settings.guided_max_mb * 2**20))
-        waiting = StoreWaitingRuns(held, *caps) if held is not None else MemoryWaitingRuns(*caps)
-        runs = GuidedRuns(settings.guided_ttl, waiting)
-        if held is not None:
-            store_guided_runs(runs, tools)
-    bridge = Bridge(
+    bridge = bridge_for(
         tools,
+        settings,
         name=name,
         limits=limits,
-        sampling=settings.sampling,
         provider=provider,
-        guided=guided,
-        guided_runs=runs,
-        answer_timeout=settings.answer_timeout or None,
         store=store,
-        state_ttl=state_ttl,
+        guided_store=guided_store,
         executor=executor,
-        caps=run_caps(store, settings),
-        call_slots=CallSlots(settings.principal_max_calls),
     )
     with warnings.catch_warnings():  # logging is deprecated in 2026-07-28 (SEP-2577), yet the handshake era has it
         warnings.simplefilter("ignore", MCPDeprecationWarning)
