@@ -19,6 +19,7 @@ from mcp import StdioServerParameters
 
 from branchc import run_tool
 from branchc.runtime.loader import load_tool
+from branchc.store import KeyRing
 from branchc.testing import MockClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +31,7 @@ EXAMPLES = {
     "research": {"topic": "solid-state batteries"},
 }
 KEY = "k" * 40  # a state key shared by the servers of one test
+KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
 
 
 def script(name: str) -> tuple[list[Any], list[Any]]:

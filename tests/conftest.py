@@ -9,6 +9,17 @@ import pytest
 os.environ.setdefault("BRANCHC_STATE_DIR", tempfile.mkdtemp(prefix="branchc-state-"))
 
 
+@pytest.fixture(scope="module")
+def state_key_in_env():
+    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with the
+    tests' state key (_bridge_support.KEY); a module asks for it with `pytest.mark.usefixtures`."""
+    from _bridge_support import KEY
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BRANCHC_STATE_KEY", KEY)
+        yield
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """Async tests (`@pytest.mark.anyio`) run on asyncio."""

@@ -30,25 +30,19 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from _bridge_support import EXAMPLES, KEY, TOOLS, free_port, listening, native_run
+from _bridge_support import EXAMPLES, KEY, KEYS, TOOLS, free_port, listening, native_run
 from mcp import Client
 
 from branchc.bridge.runs import load_tools, resume_run
 from branchc.runtime.client import ElicitRequest, SampleRequest
 from branchc.runtime.messages import SampleResult
-from branchc.store import KeyRing, open_store
+from branchc.store import open_store
 
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
-
-KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _state_key_in_env():
-    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BRANCHC_STATE_KEY", KEY)
-        yield
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
+    pytest.mark.usefixtures("state_key_in_env"),
+]
 
 
 Ask = tuple[str, str]  # ("sample", the prompt's last text) or ("elicit", the form's message)

@@ -21,26 +21,20 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from _bridge_support import KEY, free_port, listening, within
+from _bridge_support import KEY, KEYS, free_port, listening, within
 from _redis_support import RedisServer, needs_redis
 from mcp import Client
 
 from branchc.bridge.durable import REF_PREFIX, default_store_url, serving_store, state_dir, tool_code_hash
 from branchc.bridge.loading import load_served_tools
 from branchc.bridge.server import create_server
-from branchc.store import KeyRing, open_store
+from branchc.store import open_store
 
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
-
-KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _state_key_in_env():
-    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BRANCHC_STATE_KEY", KEY)
-        yield
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
+    pytest.mark.usefixtures("state_key_in_env"),
+]
 
 
 TOOL_FILE = Path(__file__).parent / "servers" / "durable_tools.py"

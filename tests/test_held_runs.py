@@ -24,24 +24,18 @@ import anyio
 import mcp.types as types
 import pytest
 import yaml
-from _bridge_support import KEY, free_port, listening
+from _bridge_support import KEY, KEYS, free_port, listening
 from mcp import Client
 
 from branchc.bridge.runs import RunsError, cancel_run, load_tools, resume_run
 from branchc.runtime.testing import MockClient
-from branchc.store import KeyRing, open_store
+from branchc.store import open_store
 
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
-
-KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _state_key_in_env():
-    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BRANCHC_STATE_KEY", KEY)
-        yield
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
+    pytest.mark.usefixtures("state_key_in_env"),
+]
 
 
 TOOL_FILE = Path(__file__).parent / "servers" / "durable_tools.py"

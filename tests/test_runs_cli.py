@@ -22,23 +22,16 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from _bridge_support import KEY, free_port, listening
+from _bridge_support import KEY, KEYS, free_port, listening
 from mcp import Client
 
 from branchc.bridge.runs import RunsError, cancel_run, find_run, load_tools
-from branchc.store import KeyRing, RunRecord, StaleRunError, open_store
+from branchc.store import RunRecord, StaleRunError, open_store
 
-pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-
-KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _state_key_in_env():
-    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BRANCHC_STATE_KEY", KEY)
-        yield
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
+    pytest.mark.usefixtures("state_key_in_env"),
+]
 
 
 TOOL_FILE = Path(__file__).parent / "servers" / "cleanup_tools.py"

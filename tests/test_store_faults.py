@@ -26,24 +26,18 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from _bridge_support import KEY, free_port, listening, within
+from _bridge_support import KEY, KEYS, free_port, listening, within
 from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer, needs_redis
 from mcp import Client
 from test_durable_rounds import MODERN, TOOL_FILE, answer_all, args, call, error_text, expected, final, lines
 
-from branchc.store import KeyRing, new_run_id, open_store
+from branchc.store import new_run_id, open_store
 
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
-
-KEYS = KeyRing([KEY])  # the ring the test servers' stores are sealed with (--state-key KEY)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _state_key_in_env():
-    """`branchc serve` and `branchc runs` subprocesses (which inherit it) seal and open the stores with KEY."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BRANCHC_STATE_KEY", KEY)
-        yield
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
+    pytest.mark.usefixtures("state_key_in_env"),
+]
 
 
 @pytest.fixture(scope="module")
