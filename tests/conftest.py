@@ -20,6 +20,18 @@ def state_key_in_env():
         yield
 
 
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    """A real redis-server of this module's, on a free loopback port (the test skips without one)."""
+    from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer
+
+    if REDIS_SERVER is None:
+        pytest.skip(SKIP_REASON)
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """Async tests (`@pytest.mark.anyio`) run on asyncio."""

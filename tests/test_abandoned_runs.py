@@ -27,7 +27,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, free_port
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer, needs_redis
+from _redis_support import needs_redis
 from mcp import Client
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -39,15 +39,6 @@ TOOL_FILE = Path(__file__).parent / "servers" / "cleanup_tools.py"
 def cache(tmp_path_factory) -> Path:
     """One compile cache for every server and `branchc runs` of this module (the same build, the same code)."""
     return tmp_path_factory.mktemp("abandoned_cache")
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    if REDIS_SERVER is None:
-        pytest.skip(SKIP_REASON)
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
 
 
 def env_of(cache: Path) -> dict[str, str]:

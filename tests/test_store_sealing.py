@@ -34,7 +34,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, free_port, listening, within
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer, needs_redis
+from _redis_support import RedisServer, needs_redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from mcp import Client
@@ -86,15 +86,6 @@ def tool(cache) -> Any:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BRANCHC_CACHE", cache)
         return load_served_tools(TOOL_FILE, warn=None)[NAME]
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    if REDIS_SERVER is None:
-        pytest.skip(SKIP_REASON)
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from _bridge_support import KEY
-from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer, needs_redis
+from _redis_support import RedisServer, needs_redis
 
 from branchc.bridge.guided import GuidedFullError, GuidedRunTooLargeError, WaitingRun
 from branchc.bridge.waiting import StoreWaitingRuns
@@ -41,15 +41,6 @@ from branchc.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = KeyRing([KEY])  # what every store here seals its records with
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    if REDIS_SERVER is None:
-        pytest.skip(SKIP_REASON)
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
