@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from .cst import walk
+from .cst import dotted, walk
 
 __all__ = ["callable_bindings", "cst_kinds", "value_kinds"]
 
@@ -212,17 +212,6 @@ _CST_DISPLAYS = {
 }
 
 
-def _cst_dotted(node: cst.BaseExpression) -> str | None:
-    parts = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name):
-        return None
-    parts.append(node.value)
-    return ".".join(reversed(parts))
-
-
 def cst_kinds(
     value: cst.BaseExpression, holds: dict[str, list[str]], is_global: Callable[[str], bool]
 ) -> frozenset[str] | None:
@@ -237,7 +226,7 @@ def cst_kinds(
     if isinstance(value, cst.Name) and value.value in holds:
         return frozenset(holds[value.value])
     if isinstance(value, cst.Call):
-        callee = _cst_dotted(value.func)
+        callee = dotted(value.func)
         if callee is not None and is_global(callee.split(".", 1)[0]):
             return frozenset({f"new:{callee}"})
     return None

@@ -112,6 +112,18 @@ _TEMPLATES: dict[str, _Template] = {}
 _HOLE = re.compile(r"\{(\w+)\}")
 
 
+def dotted(node: cst.BaseExpression) -> str | None:
+    """`a.b.C` as "a.b.C" (a chain of names), else None."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
 def paren(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` in parentheses unless it is atomic or has them already."""
     if isinstance(node, (cst.Name, cst.Integer, cst.SimpleString, cst.Attribute, cst.Call, cst.Subscript)):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .cst import PREFIX, assign, block, expr, if_stmt, name, paren, simple, stmt, yield_count
+from .cst import PREFIX, assign, block, dotted, expr, if_stmt, name, paren, simple, stmt, yield_count
 
 __all__ = ["Lowerer", "YieldSite", "count_yields"]
 
@@ -48,25 +48,13 @@ def count_yields(node: cst.CSTNode | list) -> int:
     return yield_count(node)
 
 
-def _dotted(node: cst.BaseExpression) -> str | None:
-    """`a.b.C` as "a.b.C" (a chain of names), else None."""
-    parts = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name):
-        return None
-    parts.append(node.value)
-    return ".".join(reversed(parts))
-
-
 def clause_names(caught: cst.BaseExpression | None) -> list[str] | None:
     """The names an `except` clause catches by (`"*"`: a bare except), or None when it is an
     expression of another kind (a call, a subscript: what it gives is known only when it runs)."""
     if caught is None:
         return ["*"]
     items = [element.value for element in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
-    names = [_dotted(item) for item in items]
+    names = [dotted(item) for item in items]
     return None if None in names else names  # type: ignore[return-value]
 
 
@@ -102,7 +90,7 @@ class _Raises(cst.CSTVisitor):
                 self.names.update(self.handlers[-1][0])
             return
         raised = node.exc.func if isinstance(node.exc, cst.Call) else node.exc
-        name = _dotted(raised)
+        name = dotted(raised)
         if name is None:
             return
         for names, alias in reversed(self.handlers):
