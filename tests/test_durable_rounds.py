@@ -166,6 +166,8 @@ async def test_a_retried_round_returns_the_same_response_and_runs_nothing_twice(
         responses = await answer_all(first)
         second = await call(session, arguments, first.request_state, responses)
         assert lines(log) == ["step 0"]
+        (record,) = open_store(db, KEYS).list()
+        assert record.meta.response is None  # not stored: it holds the whole history, which the saved run has
         again = await call(session, arguments, first.request_state, responses)  # the response was lost: again
         assert lines(log) == ["step 0"]
         assert again.input_requests == second.input_requests

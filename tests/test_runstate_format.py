@@ -39,11 +39,14 @@ loop = tool("loop", params=Params, requires={"sampling"})
 
 @loop.client
 def client(handoff: dict, ctx: Context):
-    text = ""
+    text, last, same = "", None, True
     for i in range(handoff["n"]):
         reply = yield ctx.sample(prompt=f"step {i} é \\ud800", max_tokens=1)
+        if last is not None:
+            same = same and last is ctx.messages[-3]  # held across the yield: still that very message
+        last = ctx.messages[-1]
         text = reply.text
-    return {"last": text, "turns": len(ctx.messages) // 2}
+    return {"last": text, "turns": len(ctx.messages) // 2, "same": same}
 
 
 @resumable
@@ -117,16 +120,76 @@ def test_a_large_run_packs_and_continues_where_it_was(loop: Any) -> None:
         assert request.sample.messages[-1].content == f"step {i} é \ud800"  # a lone surrogate survives packing
         machine.answer(request.key, f"answer {i}")
         machine.advance()
-    assert machine.done and machine.ok and machine.result == {"last": "answer 1001", "turns": 1_002}
+    assert machine.done and machine.ok and machine.result == {"last": "answer 1001", "turns": 1_002, "same": True}
 
 
 def test_the_run_text_grows_by_its_data_only(loop: Any) -> None:
     """Each further round adds two messages: their text and a few bytes of indexes, not their class or names."""
     small, large = (len(json.dumps(saved(loop, rounds), separators=(",", ":"))) for rounds in (10, 110))
     per_message = (large - small) / 200
-    # a message: ["m",4,[5,"user","step 10 \u00e9 \ud800"],6], and a reference to it from each of 2 lists;
-    # format 1 wrote its class reference and field names each time too (about 75 bytes more)
-    assert per_message < 65, per_message
+    # a message: "user","step 10 \u00e9 \ud800", in its branch's history, and nothing in the pending sample's
+    # list (the history plus the prompt, made again on load); written as a model, with a reference to it from
+    # each of the two lists, it took about 57 bytes; format 1 wrote its class and field names too (75 more)
+    assert per_message < 35, per_message
+
+
+def _branch_entry(graph: dict) -> dict:
+    return next(entry[1] for entry in graph["objects"] if entry[0] == "@" and entry[1]["t"] == "branch")
+
+
+def _request(graph: dict, key: str) -> list:
+    machine = graph["roots"]["machine"][1]
+    assert machine["t"] == "machine"
+    return next(request for request in machine["requests"] if request[0] == key)
+
+
+def test_a_history_travels_as_flat_text_and_keeps_what_is_held_elsewhere(loop: Any) -> None:
+    """Text messages nothing else holds are role, text pairs; the one the tool holds across the yield is
+    written once, by the codec, so after a load it is still that very message (the tool checks `is`)."""
+    data = saved(loop, rounds=3)
+    history = _branch_entry(data["graph"])["history"]
+    assert history[:6] == ["user", "step 0 é \ud800", "assistant", "answer 0", "user", "step 1 é \ud800"]
+    assert history[-2] == 0 and type(history[-1]) is list  # the last answer: held by `last` too
+    request = _request(data["graph"], "sample-4")
+    assert "step 0" not in json.dumps(request)  # the pending sample repeats none of the history
+    _, machine = load_run(json.dumps(data))
+    (request,) = machine.pending
+    branch = machine.branches["0"].state
+    assert [m.content for m in request.sample.messages] == [m.content for m in branch.messages] + ["step 3 é \ud800"]
+    assert all(a is b for a, b in zip(request.sample.messages[:-1], branch.messages, strict=True))  # the same objects
+    assert request.sample.messages[-1] is request.prompt
+    machine.release()
+
+
+@pytest.mark.parametrize(
+    ("history", "fragment"),
+    [
+        (["root", "hi"], "history[0]: expected a role (assistant, system, user) and its text, or 0"),
+        (["user", 7], "history[0]: expected a role"),
+        (["user"], "history: expected a list of role, content pairs"),
+        ({"user": "hi"}, "history: expected a list of role, content pairs"),
+        ([False, [0]], "history[0]: expected a role"),
+    ],
+)
+def test_a_forged_history_is_refused_with_its_place(loop: Any, history: Any, fragment: str) -> None:
+    data = saved(loop)
+    _branch_entry(data["graph"])["history"] = history
+    refused(data, fragment)
+
+
+def test_forged_branch_fields_are_refused(loop: Any) -> None:
+    data = saved(loop)
+    del _branch_entry(data["graph"])["fields"]["tokens"]
+    refused(data, "fields: expected the fields id, name")
+    data = saved(loop)
+    _branch_entry(data["graph"])["extra"] = 1
+    refused(data, "a branch entry in a run is {t, fields, history}")
+
+
+def test_a_sample_without_its_messages_needs_its_prompt(loop: Any) -> None:
+    data = saved(loop)
+    _request(data["graph"], "sample-4")[7] = None  # the prompt
+    refused(data, "request 'sample-4' has no history to take its messages from")
 
 
 def test_a_snapshot_names_each_class_once_and_resumes(loop: Any) -> None:
@@ -166,8 +229,9 @@ def test_a_forged_shape_index_is_refused_with_its_place(loop: Any) -> None:
     count = len(data["graph"]["shapes"])
     message[2][0] = count
     refused(data, f"objects[{place}][2][0]: expected an index into the {count} shapes, got {count}")
-    message[2][0] = 0  # a shape of another length than the values that follow
-    refused(data, f"objects[{place}][2]: shapes[0] names")
+    other = next(i for i, names in enumerate(data["graph"]["shapes"]) if len(names) != len(message[2]) - 1)
+    message[2][0] = other  # a shape of another length than the values that follow
+    refused(data, f"objects[{place}][2]: shapes[{other}] names")
     message[2] = {"role": "user", "content": "hi"}  # format 1's payload
     refused(data, f"objects[{place}][2]: expected [shape, value, ...]")
     data = saved(loop)
@@ -295,3 +359,31 @@ def test_what_is_not_a_packed_run_is_refused(packed: Any, message: str) -> None:
 def test_packing_is_total_on_text(tmp_path: Path) -> None:
     for text in ("", "é", "\ud800", "x" * 100_000, json.dumps({"a": ["\u2028"]}, ensure_ascii=False)):
         assert unpack_run(pack_run(text)) == text
+
+
+def _machine(data: dict) -> dict:
+    return data["graph"]["roots"]["machine"][1]
+
+
+@pytest.mark.parametrize(
+    ("forge", "fragment"),
+    [
+        (lambda m: m.__setitem__("counts", [1, 2]), ".counts: expected [samples, elicitations, groups]"),
+        (lambda m: m.__setitem__("counts", [1, 2, "3"]), ".counts: expected"),
+        (lambda m: m.__setitem__("tool", 7), "expected the tool's name and the call's id"),
+        (lambda m: m.__setitem__("limits", {"max_depth": 1}), ".limits: expected the run's limits"),
+        (lambda m: m.__setitem__("groups", ["l"]), ".groups: expected an object"),
+        (lambda m: m["branches"][0].__setitem__(4, 5), "branches[0]: expected [id, state, generator, parent, wait]"),
+        (lambda m: m["branches"][0].__setitem__(1, {"id": "0"}), "branches[0][1]: expected a branch state"),
+        (lambda m: m["requests"][0].__setitem__(3, "guess"), "requests[0].kind: expected 'sample' or 'elicit'"),
+        (lambda m: m["requests"][0].__setitem__(4, "4"), "requests[0].number: expected int"),
+        (lambda m: m["requests"][0].__setitem__(5, "soon"), "requests[0].deadline: expected a time or null"),
+        (lambda m: m["requests"][0].pop(), "requests[0]: expected [key, branch, where"),
+        (lambda m: m["requests"][0][6].pop(), "requests[0].sample: expected [messages, system_prompt"),
+        (lambda m: m.pop("groups"), "a machine entry is {t, tool, call, limits, counts, branches, groups, requests}"),
+    ],
+)
+def test_a_forged_machine_is_refused_with_its_place(loop: Any, forge: Any, fragment: str) -> None:
+    data = saved(loop)
+    forge(_machine(data))
+    refused(data, fragment)

@@ -59,12 +59,11 @@ class BackchannelClient:
             self.capabilities |= {"sampling"}
         self.progress_token = (ctx.meta or {}).get("progress_token")
         self.notified = 0
-        self.converted: dict[int, tuple[Any, Any]] = {}  # message id -> (message, its MCP form)
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         if self.provider is not None:
             return await self.provider.sample(request)
-        params = sample_params(request, tools_supported=self.sampling_tools, converted=self.converted)
+        params = sample_params(request, tools_supported=self.sampling_tools)
         result = await self._answered("sample", create_message(self.ctx.session, params, self.ctx.request_id))
         return sample_result(result, request)  # judged as the 2026-07-28 era judges an answer
 

@@ -7,8 +7,10 @@ atomically and before its `InputRequiredResult` leaves, and the `request_state` 
 `RequestStateBoundary`, as before), VERSION being the record's version that waits for round N: a record
 older than that (a backup restored, a row rolled back) is refused, naming the run, before anything of it
 is read. The record says which round the run waits for (meta.extra["round"]),
-and keeps the last answered round's number, answers digest and response (meta.answers_digest,
-meta.response, meta.extra["answered"]). A call for round N then:
+and keeps the last answered round's number and answers digest (meta.extra["answered"], meta.answers_digest),
+and for a round that ended the run, its response (meta.response); a round that asked for more is answered
+again from the saved run, which waits for just that (its reply is not stored: it holds the whole history).
+A call for round N then:
 
 - finds the run waiting for round N: its answers are checked against what was asked (refused: nothing
   is written, the same request_state stays good), then the round is claimed by a compare-and-swap
@@ -78,6 +80,7 @@ from .rounds import (
     AnswerError,
     _answer,
     _input_requests,
+    bridge_warm,
     check_answered,
     feed,
     guarded,
@@ -157,7 +160,23 @@ async def store_io(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def tool_code_hash(tool: Tool) -> str:
     """A hash of the compiled functions' code hashes (as the build manifest records them) of the modules the
-    tool's phases are defined in, and of the modules of every compiled function those modules hold."""
+    tool's phases are defined in, and of the modules of every compiled function those modules hold (worked out
+    once per tool: a served tool's code does not change under it)."""
+    return _facts(tool)[0]
+
+
+def _facts(tool: Tool) -> tuple[str, str]:
+    """(tool_code_hash, tool_build) of a served tool, worked out once (each walks modules or the disk)."""
+    known = _TOOL_FACTS.get(id(tool))
+    if known is None or known[0] is not tool:
+        known = _TOOL_FACTS[id(tool)] = (tool, _code_hash(tool), _build(tool))
+    return known[1], known[2]
+
+
+_TOOL_FACTS: dict[int, tuple[Tool, str, str]] = {}
+
+
+def _code_hash(tool: Tool) -> str:
     modules: dict[str, dict[str, str]] = {}
     roots = [fn for fn in (tool.before_fn, tool.client_fn, tool.after_fn) if fn is not None]
     for fn in roots:
@@ -175,6 +194,10 @@ def tool_code_hash(tool: Tool) -> str:
 
 def tool_build(tool: Tool) -> str:
     """The absolute path of the build folder the tool's client phase was imported from ("" if not from one)."""
+    return _facts(tool)[1]
+
+
+def _build(tool: Tool) -> str:
     module = sys.modules.get(getattr(tool.client_fn, "__module__", "") or "")
     origin = getattr(getattr(module, "__spec__", None), "origin", None)  # __file__ names the source
     if module is None or not isinstance(origin, str):
@@ -399,14 +422,23 @@ class DurableRounds:
                 if asked is None:
                     return None
                 record = RunRecord.new(tool.name, dump_run(handoff, machine), ttl=self.ttl, owner=owner)
-                await self._admit(owner, record.size)  # past a cap: the run is halted, its cleanup runs once
                 ref = _ref(record.run_id, 1, record.version)
                 response = types.InputRequiredResult(input_requests=asked, request_state=ref)
-                meta = run_meta(ERA, tool, machine, extra={"round": 1})
-                await self._io(self.store.create, dataclasses.replace(record, meta=meta))
+                meta = run_meta(ERA, tool, machine, extra={"round": 1, "asked_at": record.version})
+
+                def create() -> RunRecord:
+                    if self.caps is not None:  # past a cap: the run is halted, its cleanup runs once
+                        self.caps.admit(owner, record.size)
+                    return self.store.create(dataclasses.replace(record, meta=meta))
+
+                created = await self._io(create)
+                kept.append(((created.run_id, created.version), created))
                 return response
 
-            return await guarded(start_run(bridge, ctx, tool, model), first, bridge, ctx, tool)
+            kept: list[tuple[tuple[str, int], RunRecord]] = []
+            return await guarded(
+                start_run(bridge, ctx, tool, model), first, bridge, ctx, tool, keep_as=lambda _: kept[-1]
+            )
         try:
             run_id, number, version = _parse_ref(params.request_state)
             return await self._continue(bridge, ctx, tool, run_id, number, version, params.input_responses or {})
@@ -472,14 +504,16 @@ class DurableRounds:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 0.5)
                 continue
-            if extra.get("answered") == number and record.meta.response is not None:
+            if extra.get("answered") == number and (record.meta.response is not None or "asked_at" in extra):
                 if record.meta.answers_digest != digest:
                     raise AnswerError(
                         f"round {number} of run {run_id!r} was answered already, with other answers; a round is "
                         f"answered once: send the same answers to get its result again, or continue from the "
                         f"request_state it returned"
                     )
-                return _restored(record.meta.response)
+                if record.meta.response is not None:
+                    return _restored(record.meta.response)
+                return self._asked_again(ctx, record, number)
             if record.status == "cancelled":
                 raise AnswerError(f"run {run_id!r} was cancelled; call the tool again to start over")
             at = (
@@ -492,6 +526,22 @@ class DurableRounds:
                 f"request_state cannot continue or fork a run: continue from the latest request_state"
             )
 
+    def _asked_again(self, ctx: ServerRequestContext, record: RunRecord, number: int) -> Any:
+        """The response of answered round `number`, which asked for round `number` + 1: its requests again,
+        from the saved run that waits for them (a round's reply is not stored: it holds the whole history)."""
+        try:
+            _, machine = load_run(record.saved)
+        except RunStateError as error:
+            raise RunStateError(f"stored run {record.run_id!r} cannot be continued: {error}") from None
+        try:
+            asked = _input_requests(ctx, machine)
+        finally:
+            machine.release()
+        if asked is None:
+            raise AnswerError(f"round {number} of run {record.run_id!r} cannot be asked again; call the tool again")
+        ref = _ref(record.run_id, number + 1, record.meta.extra["asked_at"])
+        return types.InputRequiredResult(input_requests=asked, request_state=ref)
+
     async def _claim_and_run(
         self,
         bridge: Any,
@@ -503,16 +553,33 @@ class DurableRounds:
         digest: str,
     ) -> Any:
         """Check the answers, claim round `number` (None: another writer moved the record first), run it, and
-        write its outcome."""
+        write its outcome. The run is the live machine this server kept when it saved `record` (warm.py), when
+        the record still holds just what it saved, else it is loaded from the record."""
         check_code(record.run_id, record.meta, tool)
+        warm = bridge_warm(bridge)
+        saved_as: tuple[Any, Any] = ((record.run_id, record.version), record)
+        kept = warm.take(saved_as[0]) if warm is not None else None
+        live = None
+        if kept is not None:
+            if kept[2].saved == record.saved:  # what it saved, not a record put there since at its version
+                live = kept[:2]
+            else:
+                kept[1].release()
         try:
-            handoff, machine = load_run(record.saved)
+            handoff, machine = live if live is not None else load_run(record.saved)
         except RunStateError as error:
             raise RunStateError(f"stored run {record.run_id!r} cannot be continued: {error}") from None
         try:
-            with released_unless_fed(machine):  # refused answers: nothing written, the round can be sent again
-                check_answered(machine, responses.keys(), "input_responses")
-                answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
+            check_answered(machine, responses.keys(), "input_responses")
+            answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
+        except BaseException:  # refused answers: nothing written, the round can be sent again
+            if live is not None:
+                warm.keep(saved_as[0], handoff, machine, record)
+            else:
+                machine.release()
+            raise
+        try:
+            with released_unless_fed(machine):
                 claim = {**holder(), "round": number, "digest": digest, "at": time.time()}
                 meta = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": claim})
                 # the claim keeps the record a lease past its expiry, so it does not expire mid-round (expiry.py)
@@ -529,7 +596,7 @@ class DurableRounds:
             return handoff, machine
 
         async def again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
-            nonlocal saved, deferred
+            nonlocal saved, deferred, saved_as
             asked = _input_requests(ctx, machine)
             if asked is None:
                 return None
@@ -541,24 +608,23 @@ class DurableRounds:
                 tool,
                 machine,
                 answers_digest=digest,
-                response=stored_response(response),
-                extra={"round": number + 1, "answered": number},
+                # the version this write gives the record, which the next round's reference names
+                extra={"round": number + 1, "answered": number, "asked_at": claimed.version + 1},
             )
             text = dump_run(handoff, machine)
             expires = time.time() + self.ttl
-            # grown past a cap: the round is refused, and the run waits on as it was (the finally below)
-            with contextlib.suppress(StoreUnavailableError):  # the write below meets the outage and keeps the outcome
-                await self._admit(record.owner, len(text.encode()), grows_from=record.size)
-            try:
-                await self._io(
-                    self.store.checkpoint,
-                    record.run_id,
-                    claimed.version,
-                    status="waiting",
-                    saved=text,
-                    meta=meta,
-                    expires=expires,
+
+            def write() -> RunRecord:
+                # grown past a cap: the round is refused, and the run waits on as it was (the finally below)
+                if self.caps is not None:
+                    with contextlib.suppress(StoreUnavailableError):  # the write meets the outage, keeps the outcome
+                        self.caps.admit(record.owner, len(text.encode()), grows_from=record.size)
+                return self.store.checkpoint(
+                    record.run_id, claimed.version, status="waiting", saved=text, meta=meta, expires=expires
                 )
+
+            try:
+                written = await self._io(write)
             except StaleRunError:
                 raise AnswerError(
                     f"round {number} of run {record.run_id!r} was taken over by another server while it ran here "
@@ -574,11 +640,12 @@ class DurableRounds:
                     f"same request_state and answers) to get its result; it does not run again"
                 ) from None
             saved = True
+            saved_as = ((record.run_id, written.version), written)
             return response
 
         finished = False
         try:
-            outcome = await guarded(ready(), again, bridge, ctx, tool, resumable=True)
+            outcome = await guarded(ready(), again, bridge, ctx, tool, resumable=True, keep_as=lambda _: saved_as)
             finished = machine.done
         finally:
             if not saved and not finished and not deferred:
@@ -600,7 +667,8 @@ class DurableRounds:
             pending=(),
             answers_digest=digest,
             response=stored_response(outcome),
-            extra={k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round")} | {"answered": number},
+            extra={k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round", "asked_at")}
+            | {"answered": number},
         )
         changes = {"status": status, "saved": "", "meta": meta, "expires": time.time() + self.ttl}
         with anyio.CancelScope(shield=True), contextlib.suppress(StaleRunError, RunNotFoundError):

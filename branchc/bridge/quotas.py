@@ -7,6 +7,9 @@ expires. Without caps one client could fill it (40 calls with a 3 MB argument ma
 again when it is first saved (with its size), and whenever a round saves it grown; a round that would
 go past one is refused, and the run waits on as it was (its client may send the round again later).
 Across replicas the caps are checked, then written: two starts racing on the last slot may both fit.
+A round that only grows a run reads the caller's own usage each time, and everyone's at most once a second
+(EVERYONE_FOR seconds: counting every waiting run takes the longest, and a second's growth is small beside
+the server-wide cap); a new run reads both.
 All unauthenticated callers are one principal for the run caps; the calls-at-once cap applies to
 authenticated ones (without authentication, `--max-connections` bounds what callers hold open).
 """
@@ -15,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..runtime.errors import BranchcError
 from ..store.base import RunStore
@@ -35,6 +40,9 @@ def _who(owner: str | None) -> str:
     return "unauthenticated callers" if owner is None else f"principal {owner!r}"
 
 
+EVERYONE_FOR = 1.0
+
+
 @dataclass(frozen=True)
 class RunCaps:
     """Caps on the runs waiting in `store`: `max_runs` and `max_bytes` in all, `principal_runs` and
@@ -45,6 +53,16 @@ class RunCaps:
     max_bytes: int
     principal_runs: int
     principal_bytes: int
+    _everyone: list = field(default_factory=list, compare=False, repr=False)  # [(usage, read at)]: growth's
+
+    def _usage_of_all(self, growth: bool) -> Any:
+        """Everyone's usage: read now for a new run, at most EVERYONE_FOR seconds old for a run's growth."""
+        now = time.monotonic()
+        if growth and self._everyone and now - self._everyone[-1][1] < EVERYONE_FOR:
+            return self._everyone[-1][0]
+        usage = self.store.usage(*WAITING)
+        self._everyone[:] = [(usage, now)]
+        return usage
 
     def admit(self, owner: str | None, size: int = 0, *, grows_from: int | None = None) -> None:
         """Raise QuotaError unless a run of `owner` holding `size` bytes fits: a new one (one more run), or
@@ -65,7 +83,7 @@ class RunCaps:
                 f"{_who(owner)}'s waiting runs would hold {mine.bytes + added} bytes of saved state, past the most "
                 f"one caller's may (--principal-max-mb, {self.principal_bytes} bytes); {fix}"
             )
-        everyone = self.store.usage(*WAITING)
+        everyone = self._usage_of_all(growth=not more)
         if everyone.count + more > self.max_runs:
             raise QuotaError(
                 f"this server holds {everyone.count} waiting runs, the most it holds (--max-runs {self.max_runs}); "

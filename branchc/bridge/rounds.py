@@ -20,7 +20,7 @@ import inspect
 import json
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from typing import Any
 
 import anyio
@@ -41,6 +41,7 @@ from .elicitation import ElicitSchemaError, form_schema
 from .loglevel import log_allowed
 from .results import describe_failure, error_result, result_of
 from .sampling import SamplingToolsError, sample_params, sample_result
+from .warm import WarmRuns
 
 __all__ = [
     "check_answered",
@@ -69,19 +70,39 @@ async def run_round(
     if params.request_state is None:
         if params.input_responses:
             return error_result("input_responses came without the request_state of the round they answer")
-        return await guarded(start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool)
+        return await guarded(
+            start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool, keep_as=_state_of
+        )
 
     async def restored() -> tuple[Any, Machine]:
-        handoff, machine = load_run(unpack_run(params.request_state))
-        with released_unless_fed(machine):  # refused answers: the same request_state can be answered again
+        warm = bridge_warm(bridge)
+        live = warm.take(params.request_state) if warm is not None else None
+        handoff, machine = live[:2] if live is not None else load_run(unpack_run(params.request_state))
+        try:
             if machine.tool != tool.name:
                 raise AnswerError(f"this request_state belongs to tool {machine.tool!r}, not {tool.name!r}")
             responses = params.input_responses or {}
             check_answered(machine, responses.keys(), "input_responses")
-            feed(machine, {key: _answer(request, responses[key]) for key, request in machine.requests.items()})
+            answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
+        except BaseException:  # refused answers: the same request_state can be answered again
+            if live is not None:
+                warm.keep(params.request_state, handoff, machine)  # nothing was fed: still what the state holds
+            else:
+                machine.release()
+            raise
+        with released_unless_fed(machine):
+            feed(machine, answers)
         return handoff, machine
 
-    return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool, resumable=True)
+    return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool, resumable=True, keep_as=_state_of)
+
+
+def bridge_warm(bridge: Any) -> WarmRuns | None:
+    return getattr(bridge, "warm", None)
+
+
+def _state_of(response: Any) -> tuple[str, None]:
+    return response.request_state, None
 
 
 def _asked_as_input_requests(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
@@ -101,6 +122,7 @@ async def guarded(
     tool: Tool,
     *,
     resumable: bool = False,
+    keep_as: Callable[[Any], tuple[Hashable, Any] | None] | None = None,
 ) -> Any:
     """Get the run (`started`), step it until it ends (the call's result) or `waiting(ctx, handoff,
     machine)` gives the answer for a run that waits; every failure is a tool error result.
@@ -113,7 +135,10 @@ async def guarded(
     from there, so this live copy is then released, never closed, and its cleanup (the finally
     blocks of the tool's code) runs once, in the round where the run ends. A run that ends here
     some other way (cancelled, the connection lost, a failure while stepping or saving it) is
-    halted: its finally blocks run now, and what they log is still sent if it can be."""
+    halted: its finally blocks run now, and what they log is still sent if it can be.
+
+    `keep_as(response)`: (key, note) under which the bridge's WarmRuns keeps the saved run's live machine
+    for the round that continues it (warm.py); None, or no `keep_as`: the live copy is released."""
     machine: Machine | None = None
     try:
         try:
@@ -132,7 +157,12 @@ async def guarded(
                 if inspect.isawaitable(response):  # one that writes to a store
                     response = await response
                 if response is not None:
-                    machine.release()
+                    warm = bridge_warm(bridge)
+                    kept = keep_as(response) if keep_as is not None and warm is not None else None
+                    if kept is not None:
+                        warm.keep(kept[0], handoff, machine, kept[1])
+                    else:
+                        machine.release()
                     return response
         except BaseException as error:
             if machine is not None and resumable and not machine.done and not machine.released:

@@ -32,13 +32,8 @@ class SamplingToolsError(ValueError):
     """A sample that offers the model tools, to a client that cannot take them."""
 
 
-def sample_params(
-    request: SampleRequest, *, tools_supported: bool, converted: dict[int, tuple[Any, Any]] | None = None
-) -> dict[str, Any]:
-    """Keyword arguments for `ServerSession.create_message` (and the 2026-07-28 request params).
-
-    `converted` keeps the MCP form of each text message across the samples of one run (messages
-    are immutable, and a history is resent whole at every sample)."""
+def sample_params(request: SampleRequest, *, tools_supported: bool) -> dict[str, Any]:
+    """Keyword arguments for `ServerSession.create_message` (and the 2026-07-28 request params)."""
     if (request.tools or request.tool_choice) and not tools_supported:
         raise SamplingToolsError(
             "this sample offers the model tools, but the client does not declare sampling.tools; "
@@ -50,13 +45,8 @@ def sample_params(
         if isinstance(message, Message):
             if message.role == "system":
                 system.append(message.content)
-            elif converted is None:
-                messages.append(_text(message.role, message.content))
             else:
-                known = converted.get(id(message))
-                if known is None or known[0] is not message:
-                    known = converted[id(message)] = (message, _text(message.role, message.content))
-                messages.append(known[1])
+                messages.append(_text(message.role, message.content))
         elif isinstance(message, AssistantToolCallMessage):
             messages.append(_tool_calls(message, tools_supported))
         else:
@@ -86,8 +76,32 @@ def sample_params(
     return params
 
 
+class _TextForms(dict):
+    """The MCP form of each text message met lately, by (role, text): a history is resent whole at every
+    sample, in every round, and its form never changes (nothing changes an SDK model once made). Emptied
+    when it holds more than MAX_CHARS characters of text, so it costs at most that much memory."""
+
+    MAX_CHARS = 16 * 2**20
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chars = 0
+
+    def __missing__(self, key: tuple[str, str]) -> types.SamplingMessage:
+        if self.chars > self.MAX_CHARS:
+            self.clear()
+            self.chars = 0
+        role, text = key
+        form = self[key] = types.SamplingMessage(role=role, content=types.TextContent(type="text", text=text))
+        self.chars += len(text)
+        return form
+
+
+_TEXT_FORMS = _TextForms()
+
+
 def _text(role: str, text: str) -> types.SamplingMessage:
-    return types.SamplingMessage(role=role, content=types.TextContent(type="text", text=text))
+    return _TEXT_FORMS[role, text]
 
 
 def _tool_calls(message: AssistantToolCallMessage, tools_supported: bool) -> types.SamplingMessage:

@@ -52,6 +52,7 @@ from .results import describe_failure, error_result, result_of
 from .rounds import missing_capability, run_round
 from .settings import ServeSettings
 from .waiting import StoreWaitingRuns
+from .warm import WarmRuns
 from .workflow_tools import WorkflowTools
 
 __all__ = ["Bridge", "create_server"]
@@ -91,6 +92,7 @@ class Bridge:
         self.answer_timeout = answer_timeout  # seconds a client may take to answer a sample or form (None: no limit)
         self.store = store  # 2026-07-28 rounds checkpointed there, request_state a run reference (durable.py)
         self.durable = DurableRounds(store, ttl=state_ttl, caps=caps) if store is not None else None
+        self.warm = WarmRuns()  # the live runs this replica saved last, continued without a load (warm.py)
         self.call_slots = call_slots  # calls at once per principal (quotas.py); None: no cap
         self.executor = executor  # where sub-branch steps run (branchc.executors); None: in this process
         if guided and RESUME_TOOL in self.tools:

@@ -28,6 +28,7 @@ __all__ = [
     "FunctionMeta",
     "compiled",
     "free_cells",
+    "holds_no_generators",
     "is_compiled",
     "make_generator",
     "meta_of",
@@ -360,7 +361,7 @@ _LEAF, _GEN, _ITEMS, _DICT, _CELL, _METHOD, _FUNCTION, _REJOIN, _EXCEPTION, _OBJ
 
 
 def _kind(kind: type) -> int:
-    if kind in _LEAVES or issubclass(kind, (type, types.ModuleType)):
+    if kind in _LEAVES or kind in _HOLD_NO_GENERATORS or issubclass(kind, (type, types.ModuleType)):
         return _LEAF
     if kind is _GENERATOR:
         return _GEN
@@ -383,6 +384,13 @@ def _kind(kind: type) -> int:
 
 _SCALARS = frozenset({builtins.str, int, float, bool, bytes})
 _LEAVES = _SCALARS | {type(None)}
+_HOLD_NO_GENERATORS: set[type] = set()
+
+
+def holds_no_generators(*classes: type) -> None:
+    """Declare that instances of `classes` never hold a generator (models of str fields, say: a
+    history's messages), so `release` does not walk into them: a long history costs it nothing."""
+    _HOLD_NO_GENERATORS.update(classes)
 
 
 def _carried_slots(cls: type) -> tuple[Any, ...]:

@@ -849,15 +849,18 @@ def _single_context(entry: dict, path: str, context: Any) -> Any:
     return context
 
 
-def _decode_extension(allowed: frozenset[str] | None, context, made: _Made) -> Any:
+def _decode_extension(
+    allowed: frozenset[str] | None, context, made: _Made, runner_tags: frozenset[str] = frozenset({"ctx"})
+) -> Any:
     """The codec's decode extension for compiled generators, cells, nested functions, refs and
-    methods; `context(entry, child, path)` restores a Context entry."""
+    methods; `context(entry, child, path)` restores a Context entry and every entry of the runner's
+    own `runner_tags`."""
 
     def extension(entry: dict, child, path: str) -> Any:
         tag = entry.get("t")
         if tag == "gen":
             return _generator(entry, child, path, allowed, made)
-        if tag == "ctx":
+        if type(tag) is str and tag in runner_tags:
             return context(entry, child, path)
         if tag == "ref":
             return _resolve_ref(entry, path, allowed)
@@ -881,14 +884,19 @@ def _decode_extension(allowed: frozenset[str] | None, context, made: _Made) -> A
 
 
 def decode_graph(
-    graph: Any, context: Any, allowed: frozenset[str] | None = None, limits: DecodeLimits = DEFAULT_LIMITS
+    graph: Any,
+    context: Any,
+    allowed: frozenset[str] | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
+    runner_tags: frozenset[str] = frozenset({"ctx"}),
 ) -> dict[str, Any]:
     """The roots of `encode_graph`'s graph; `context(entry, child, path)` restores each context
-    entry, and `allowed`, when given, narrows the modules the data may name."""
+    entry (and each entry whose tag is one of the runner's `runner_tags`), and `allowed`, when given,
+    narrows the modules the data may name."""
     made = _Made()
     found: list[BaseException] = []
     with _released_on_failure(made):
-        extension = _decode_extension(allowed, context, made)
+        extension = _decode_extension(allowed, context, made, runner_tags)
         roots = decode(graph, classes=_resolver(allowed), extension=extension, limits=limits, base_exceptions=found)
         if found:
             _check_placed(made.held, found, roots)

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
+from ..continuation.generator import holds_no_generators
+
 __all__ = [
     "AssistantToolCallMessage",
     "ExtendedMessage",
@@ -34,6 +36,9 @@ class Message(_Data):
 
     role: Literal["user", "assistant", "system"]
     content: str
+
+
+holds_no_generators(Message)  # its fields are str: releasing a run need not walk its history
 
 
 class ToolCallFunction(_Data):

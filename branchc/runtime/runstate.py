@@ -18,16 +18,24 @@ compiled tools and branchc's own data types; anything malformed is a RunStateErr
 from __future__ import annotations
 
 import binascii
+import dataclasses
 import json
+import operator
+import sys
 import zlib
 from typing import Any
+
+from pydantic import BaseModel
 
 from ..continuation.errors import SnapshotDataError, SnapshotError
 from ..continuation.generator import release_reachable
 from ..continuation.snapshots import VERSION, check_version, decode_graph, encode_graph, parse_json
+from .client import ElicitRequest, SampleRequest
 from .context import BranchState, Context
 from .errors import BranchcError
-from .machine import Machine
+from .limits import Limits
+from .machine import Machine, Request, _Branch
+from .messages import Message
 
 __all__ = ["MAX_RUN_BYTES", "RunStateError", "dump_run", "load_run", "pack_run", "unpack_run"]
 
@@ -43,17 +51,225 @@ class RunStateError(BranchcError, ValueError):
     """A saved run that cannot be continued here: malformed, or of code this server does not have."""
 
 
-def _encode_context(value: Any, child: Any, path: Any) -> dict | None:
-    """A run has many branches: each Context travels with its branch state."""
-    if type(value) is Context:
-        return {"t": "ctx", "branch": child(value._branch, (path, "branch", ".{}"))}
+_BRANCH_FIELDS = tuple(field.name for field in dataclasses.fields(BranchState) if field.name != "messages")
+_ROLES = frozenset(("user", "assistant", "system"))
+_MESSAGE_FIELDS = frozenset(("role", "content"))
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def _refs_in_loop(values: list[Any]) -> int:
+    for value in values:
+        return sys.getrefcount(value)
+    raise AssertionError
+
+
+#: A value's references while `_history` looks at it, when nothing but the branch's list holds it.
+_ALONE = _refs_in_loop([object()])
+
+
+def _history(messages: list[Any], child: Any, path: Any, alone: int) -> list[Any]:
+    """A branch's history as flat data: ``role, content`` for each text message nothing else holds (most
+    of a conversation: JSON copies these at C speed, and they are rebuilt without validation: a sealed
+    run is the server's own), ``0, entry`` for any other (held elsewhere too, so its identity is kept
+    by the codec, or a tool-call message)."""
+    out: list[Any] = []
+    add = out.extend
+    for message in messages:
+        if type(message) is Message and sys.getrefcount(message) <= alone:
+            state = message.__dict__
+            role, content = state["role"], state["content"]
+            if type(content) is str and type(role) is str:
+                add((role, content))
+                continue
+        add((0, child(message, (path, len(out) // 2))))
+    return out
+
+
+def _run_extension(holders: dict[str, int]) -> Any:
+    """The run's own values: each Context travels with its branch state, and each branch state with
+    its history as flat data; `holders`: branch id -> how many lists besides the branch's own hold its
+    messages (a pending sample's, which the saved run does not repeat)."""
+
+    def extension(value: Any, child: Any, path: Any) -> dict | None:
+        kind = type(value)
+        if kind is Context:
+            return {"t": "ctx", "branch": child(value._branch, (path, "branch", ".{}"))}
+        if kind is BranchState:
+            fields = {name: getattr(value, name) for name in _BRANCH_FIELDS}
+            alone = _ALONE + holders.get(value.id, 0)
+            history = _history(value.messages, child, (path, "messages", ".{}"), alone)
+            return {"t": "branch", "fields": child(fields, path), "history": history}
+        if kind is _Saved:
+            return _machine_entry(value.machine, child, path)
+        return None
+
+    extension.owns = lambda kind: kind in _OWNED  # type: ignore[attr-defined]
+    return extension
+
+
+class _Saved:
+    """A machine as the run's graph holds it: one entry in short (`_machine_entry`), not a tree of dataclasses."""
+
+    __slots__ = ("machine",)
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+
+
+_OWNED = frozenset((Context, BranchState, _Saved))
+_SAMPLE_FIELDS = tuple(SampleRequest.model_fields)
+_REQUEST_FIELDS = tuple(field.name for field in dataclasses.fields(Request))
+
+
+def _machine_entry(machine: Machine, child: Any, path: Any) -> dict:
+    """The machine's own structure as plain JSON, the values in it (generators, branch states, what a
+    request carries) through the codec. Its branches, groups and requests are its own: nothing else holds
+    them, so they need no identity of their own in the graph."""
+    branches = [
+        [ident, child(b.state, (path, ident)), child(b.generator, (path, ident)), child(b.parent, path), b.wait]
+        for ident, b in machine.branches.items()
+    ]
+    requests = []
+    for request in machine.requests.values():
+        sample = request.sample
+        if sample is not None:
+            state = sample.__dict__
+            if len(sample.__pydantic_fields_set__) != len(_SAMPLE_FIELDS):
+                sample = child(sample, (path, request.key))
+            else:
+                messages = None if _mirrors(request, machine.branches) else child(state["messages"], path)
+                sample = [messages, *(child(state[name], path) for name in _SAMPLE_FIELDS[1:])]
+        requests.append(
+            [
+                request.key,
+                request.branch,
+                child(request.where, path),
+                request.kind,
+                request.number,
+                child(request.deadline, path),
+                sample,
+                child(request.prompt, path),
+                request.prompt_tokens,
+                request.reserved,
+                child(request.elicit, path),
+                child(request.schema, path),
+                child(request.context, (path, request.key, ".{}")),
+            ]
+        )
+    return {
+        "t": "machine",
+        "tool": machine.tool,
+        "call": machine.call_id,
+        "limits": child(machine.limits, path),
+        "counts": [machine.samples, machine.elicits, machine.groups_made],
+        "branches": branches,
+        "groups": child(machine.groups, path),
+        "requests": requests,
+    }
+
+
+def _decode_machine(entry: dict, child: Any, path: str) -> dict[str, Any]:
+    """Machine.saved()'s dict from `_machine_entry`'s entry, every part checked for its kind."""
+    if entry.keys() != {"t", "tool", "call", "limits", "counts", "branches", "groups", "requests"}:
+        raise SnapshotDataError(path, "a machine entry is {t, tool, call, limits, counts, branches, groups, requests}")
+    tool, call, counts = entry["tool"], entry["call"], entry["counts"]
+    if type(tool) is not str or type(call) is not str:
+        raise SnapshotDataError(f"{path}.tool", "expected the tool's name and the call's id")
+    if type(counts) is not list or len(counts) != 3 or any(type(count) is not int for count in counts):
+        raise SnapshotDataError(f"{path}.counts", "expected [samples, elicitations, groups]")
+    limits = child(entry["limits"], f"{path}.limits")
+    if type(limits) is not Limits:
+        raise SnapshotDataError(f"{path}.limits", "expected the run's limits")
+    groups = child(entry["groups"], f"{path}.groups")
+    if type(groups) is not dict:
+        raise SnapshotDataError(f"{path}.groups", "expected an object")
+    branches, requests = entry["branches"], entry["requests"]
+    if type(branches) is not list or type(requests) is not list:
+        raise SnapshotDataError(path, "expected lists of branches and requests")
+    saved_branches: dict[str, _Branch] = {}
+    for index, item in enumerate(branches):
+        where = f"{path}.branches[{index}]"
+        if type(item) is not list or len(item) != 5 or type(item[0]) is not str or type(item[4]) not in (str, NONE):
+            raise SnapshotDataError(where, "expected [id, state, generator, parent, wait]")
+        state = child(item[1], f"{where}[1]")
+        if type(state) is not BranchState:
+            raise SnapshotDataError(f"{where}[1]", "expected a branch state")
+        saved_branches[item[0]] = _Branch(state, child(item[2], f"{where}[2]"), child(item[3], f"{where}[3]"), item[4])
+    saved_requests: dict[str, Request] = {}
+    for index, item in enumerate(requests):
+        where = f"{path}.requests[{index}]"
+        if type(item) is not list or len(item) != len(_REQUEST_FIELDS):
+            raise SnapshotDataError(where, f"expected [{', '.join(_REQUEST_FIELDS)}]")
+        fields = dict(zip(_REQUEST_FIELDS, item, strict=True))
+        for name in ("where", "deadline", "prompt", "elicit", "schema", "context"):
+            fields[name] = child(fields[name], f"{where}.{name}")
+        fields["sample"] = _decode_sample(fields["sample"], child, f"{where}.sample")
+        problem = _request_problem(fields)
+        if problem is not None:
+            raise SnapshotDataError(f"{where}.{problem[0]}", problem[1])
+        saved_requests[fields["key"]] = Request(**fields)
+    return {
+        "tool": tool,
+        "call_id": call,
+        "limits": limits,
+        "samples": counts[0],
+        "elicits": counts[1],
+        "groups_made": counts[2],
+        "branches": saved_branches,
+        "groups": groups,
+        "requests": saved_requests,
+    }
+
+
+NONE = type(None)
+
+
+def _decode_sample(item: Any, child: Any, path: str) -> SampleRequest | None:
+    if item is None:
+        return None
+    if type(item) is not list:
+        sample = child(item, path)
+        if type(sample) is not SampleRequest:
+            raise SnapshotDataError(path, "expected a sample request")
+        return sample
+    if len(item) != len(_SAMPLE_FIELDS):
+        raise SnapshotDataError(path, f"expected [{', '.join(_SAMPLE_FIELDS)}]")
+    values = [None if item[0] is None else child(item[0], f"{path}[0]")]
+    values += [child(value, f"{path}[{index}]") for index, value in enumerate(item[1:], 1)]
+    if values[0] is not None and type(values[0]) is not list:
+        raise SnapshotDataError(f"{path}[0]", "expected the sample's messages")
+    return SampleRequest.model_construct(**dict(zip(_SAMPLE_FIELDS, values, strict=True)))
+
+
+def _request_problem(fields: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, problem) of a request read back that Machine could not use; None when it can."""
+    kinds = {
+        "key": str, "branch": str, "where": list, "number": int, "prompt_tokens": int, "reserved": int,
+    }  # fmt: skip
+    for name, kind in kinds.items():
+        if type(fields[name]) is not kind:
+            return name, f"expected {kind.__name__}"
+    if fields["kind"] not in ("sample", "elicit"):
+        return "kind", "expected 'sample' or 'elicit'"
+    if type(fields["deadline"]) not in (float, int, NONE):
+        return "deadline", "expected a time or null"
+    if type(fields["prompt"]) not in (Message, NONE):
+        return "prompt", "expected a message or null"
+    if type(fields["elicit"]) not in (ElicitRequest, NONE):
+        return "elicit", "expected an elicitation request or null"
+    schema = fields["schema"]
+    if schema is not None and not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return "schema", "expected a model class or null"
     return None
 
 
-_encode_context.owns = lambda kind: kind is Context  # type: ignore[attr-defined]  # the codec asks by type
-
-
-def _decode_context(entry: dict, child: Any, path: str) -> Context:
+def _decode_entry(entry: dict, child: Any, path: str) -> Any:
+    tag = entry.get("t")
+    if tag == "branch":
+        return _decode_branch(entry, child, path)
+    if tag == "machine":
+        return _decode_machine(entry, child, path)
     if entry.keys() != {"t", "branch"}:
         raise SnapshotDataError(path, "a context entry in a run is {t, branch}")
     branch = child(entry["branch"], (path, "branch", ".{}"))
@@ -62,9 +278,76 @@ def _decode_context(entry: dict, child: Any, path: str) -> Context:
     return Context(branch)
 
 
+def _decode_branch(entry: dict, child: Any, path: str) -> BranchState:
+    if entry.keys() != {"t", "fields", "history"}:
+        raise SnapshotDataError(path, "a branch entry in a run is {t, fields, history}")
+    fields = child(entry["fields"], (path, "fields", ".{}"))
+    if type(fields) is not dict or fields.keys() != set(_BRANCH_FIELDS):
+        raise SnapshotDataError(f"{path}.fields", f"expected the fields {', '.join(_BRANCH_FIELDS)}")
+    history = entry["history"]
+    if type(history) is not list or len(history) % 2:
+        raise SnapshotDataError(f"{path}.history", "expected a list of role, content pairs")
+    messages: list[Any] = []
+    for index in range(0, len(history), 2):
+        role, content = history[index], history[index + 1]
+        if type(role) is str and type(content) is str and role in _ROLES:
+            message = _new(Message)  # what Message(role=role, content=content) holds, made without validation
+            _setattr(message, "__dict__", {"role": role, "content": content})
+            _setattr(message, "__pydantic_fields_set__", set(_MESSAGE_FIELDS))
+            _setattr(message, "__pydantic_extra__", None)
+            _setattr(message, "__pydantic_private__", None)
+        elif role == 0 and type(role) is int:
+            message = child(content, f"{path}.history[{index + 1}]")
+        else:
+            raise SnapshotDataError(
+                f"{path}.history[{index}]", f"expected a role ({', '.join(sorted(_ROLES))}) and its text, or 0"
+            )
+        messages.append(message)
+    return BranchState(**fields, messages=messages)
+
+
+_RUN_TAGS = frozenset(("ctx", "branch", "machine"))
+
+
+def _mirrors(request: Any, branches: dict[str, Any]) -> bool:
+    """Whether a tracked sample's message list is its branch's history plus its prompt (as _sample makes
+    it): the saved run keeps the history once, and the list is made again on load."""
+    sample, branch = request.sample, branches.get(request.branch)
+    if sample is None or request.prompt is None or branch is None:
+        return False
+    history, messages = branch.state.messages, sample.messages
+    return (
+        len(messages) == len(history) + 1
+        and messages[-1] is request.prompt
+        and all(map(operator.is_, messages, history))
+    )
+
+
 def dump_run(handoff: Any, machine: Machine) -> str:
-    graph = encode_graph({"handoff": handoff, "machine": machine.saved()}, _encode_context)
+    machine.saved()  # checks that it may be saved now
+    holders: dict[str, int] = {}
+    for request in machine.requests.values():
+        if _mirrors(request, machine.branches):
+            holders[request.branch] = holders.get(request.branch, 0) + 1
+    graph = encode_graph({"handoff": handoff, "machine": _Saved(machine)}, _run_extension(holders))
     return _JSON.encode({"branchc_run": VERSION, "graph": graph})
+
+
+def _mirror_histories(saved: dict[str, Any]) -> None:
+    """Give each tracked sample saved without its message list (see _mirrors) its branch's history plus
+    its prompt again, as the same objects."""
+    requests, branches = saved["requests"], saved["branches"]
+    if type(requests) is not dict or type(branches) is not dict:
+        return  # Machine.restored refuses it
+    for key, request in requests.items():
+        sample = getattr(request, "sample", None)
+        if not isinstance(sample, SampleRequest) or sample.messages is not None:
+            continue
+        branch = branches.get(getattr(request, "branch", None))
+        state = getattr(branch, "state", None)
+        if type(state) is not BranchState or type(request.prompt) is not Message:
+            raise RunStateError(f"the saved run's request {key!r} has no history to take its messages from")
+        request.sample = sample.model_copy(update={"messages": [*state.messages, request.prompt]})
 
 
 # json.dumps(..., separators=(",", ":"), ensure_ascii=False), made once; the codec's graph is a tree of
@@ -74,7 +357,12 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circul
 
 def pack_run(text: str) -> str:
     """`dump_run`'s text, compressed, as ASCII (no character that JSON escapes): ``z1:<base64 of zlib>``."""
-    raw = zlib.compress(text.encode("utf-8", "surrogatepass"), _LEVEL)
+    data = text.encode("utf-8", "surrogatepass")
+    # a window no larger than the text: the same output, without setting up (and clearing) zlib's largest
+    # tables for a text of a few KB, which took most of the time of packing one
+    window = min(15, max(9, len(data).bit_length()))
+    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, window, max(1, min(8, window - 7)))
+    raw = packer.compress(data) + packer.flush()
     return PACKED + binascii.b2a_base64(raw, newline=False).decode("ascii")
 
 
@@ -122,11 +410,16 @@ def load_run(text: str, emit: Any = None) -> tuple[Any, Machine]:
     if data.keys() != {"branchc_run", "graph"}:
         raise RunStateError(f'the saved run is not {{"branchc_run": {VERSION}, "graph": ...}}')
     try:
-        roots = decode_graph(data["graph"], _decode_context)
+        roots = decode_graph(data["graph"], _decode_entry, runner_tags=_RUN_TAGS)
     except (SnapshotDataError, SnapshotError) as error:
         raise RunStateError(f"the saved run cannot be continued here: {error}") from None
     saved = roots.get("machine")
     if roots.keys() != {"handoff", "machine"} or type(saved) is not dict or saved.keys() != set(Machine._SAVED):
         release_reachable(roots)  # refused: what was rebuilt is let go of, running none of its cleanup
         raise RunStateError("the saved run holds no run machine")
+    try:
+        _mirror_histories(saved)
+    except RunStateError:
+        release_reachable(roots)
+        raise
     return roots["handoff"], Machine.restored(saved, emit)

@@ -1,0 +1,275 @@
+"""2026-07-28 rounds: a stored continuation against a replaying handler, as the history grows.
+
+The workload of the 2026-07-28 era: a tool that loops N samples, each carrying the whole chat history
+so far, driven by the SDK's client round by round (`call_tool(..., allow_input_required=True)`, the
+answers sent back with the last `request_state`). Three servers serve it:
+
+- **replay** (the baseline): a hand-written handler on the bare SDK that keeps its answers in
+  `request_state` and re-runs the loop from the start each round, feeding them back (the approach of
+  the SDK's resolvers and of replay engines; the resolvers themselves cannot express an N-round loop);
+- **branchc**: the compiled tool under branchc's bridge with no store: `request_state` is the whole
+  saved run, sealed;
+- **branchc + SQLite**: the same with the default store, a SQLite file: `request_state` is a short run
+  reference and each round is checkpointed in the file;
+- **branchc, cold**: as branchc, with the warm runs off (bridge/warm.py): every round loads the run from
+  its `request_state`, as a round that lands on another replica does.
+
+Each is measured in process (the SDK's in-memory transport) and over stdio (a server subprocess:
+`branchc serve`, `--store sqlite:///...`, and the replaying handler as a script). The figure is the
+whole call's wall time divided by its rounds; every configuration runs `--repeat` times, interleaved,
+so drift in the machine's speed hits all alike. Printed: the median [min .. max] ms per round, and
+branchc's ratio to the replaying handler of the same repeat, median [min .. max].
+
+    python benchmarks/bench_rounds.py [--sizes 10 100 1000] [--repeat 3] [--only inproc|stdio]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp import Client, StdioServerParameters
+from mcp.server import Server
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+warnings.simplefilter("ignore", MCPDeprecationWarning)
+
+TOOL = textwrap.dedent(
+    """
+    from pydantic import BaseModel
+
+    from branchc import Context, tool
+
+
+    class Params(BaseModel):
+        n: int
+
+
+    loop = tool("loop", params=Params, requires={"sampling"})
+
+
+    @loop.client
+    def client(handoff: dict, ctx: Context):
+        text = ""
+        for i in range(handoff["n"]):
+            reply = yield ctx.sample(prompt=f"step {i}", max_tokens=1)
+            text = reply.text
+        return {"last": text, "turns": len(ctx.messages) // 2}
+    """
+)
+
+# The flow of TOOL by replay, as a module: `replaying_server()` in process, `python replay.py` over stdio.
+REPLAY = textwrap.dedent(
+    """
+    import json
+
+    import anyio
+    import mcp.types as types
+    from mcp.server import Server
+
+
+    async def list_tools(ctx, params):
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        return types.ListToolsResult(tools=[types.Tool(name="loop", input_schema=schema)])
+
+
+    async def call_tool(ctx, params):
+        answers = json.loads(params.request_state) if params.request_state else []
+        if params.input_responses:
+            answers.append(params.input_responses["s"].content.text)
+        history = []
+        for i in range(params.arguments["n"]):
+            prompt = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=f"step {i}"))
+            if i == len(answers):
+                request = types.CreateMessageRequest(
+                    params=types.CreateMessageRequestParams(messages=[*history, prompt], max_tokens=1)
+                )
+                return types.InputRequiredResult(input_requests={"s": request}, request_state=json.dumps(answers))
+            reply = types.TextContent(type="text", text=answers[i])
+            history += [prompt, types.SamplingMessage(role="assistant", content=reply)]
+        text = answers[-1] if answers else ""
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structured_content={"last": text, "turns": len(history) // 2},
+        )
+
+
+    def replaying_server():
+        return Server("replay", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+    async def main():
+        from mcp.server.stdio import stdio_server
+
+        server = replaying_server()
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+
+    if __name__ == "__main__":
+        anyio.run(main)
+    """
+)
+
+STATE_KEY = "k" * 40
+SERVERS = ("replay", "branchc", "branchc+sqlite", "branchc, cold")
+
+
+async def answer(ctx: Any, params: Any) -> types.CreateMessageResult:
+    return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+
+async def one_call(target: Any, n: int) -> tuple[float, int]:
+    """(ms per round of one n-round call, bytes of the last request_state) against `target`."""
+    async with Client(target, mode="2026-07-28", sampling_callback=answer, input_required_max_rounds=n + 5) as c:
+        session = c.session
+        await session.call_tool("loop", {"n": 0})  # warm up: first use of each path
+        state, responses, size, rounds = None, None, 0, 0
+        start = time.perf_counter()
+        while True:
+            result = await session.call_tool(
+                "loop", {"n": n}, input_responses=responses, request_state=state, allow_input_required=True
+            )
+            rounds += 1
+            if not isinstance(result, types.InputRequiredResult):
+                break
+            state = result.request_state
+            size = len(state)
+            (key,) = result.input_requests
+            responses = {key: await answer(None, None)}
+        elapsed = time.perf_counter() - start
+    if result.is_error or result.structured_content["turns"] != n:
+        raise RuntimeError(f"the call did not finish as expected: {result}")
+    return elapsed * 1000 / rounds, size
+
+
+def in_process(folder: Path) -> dict[str, Callable[[], Any]]:
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+    from branchc.store.keys import KeyRing
+    from branchc.store.url import open_store
+
+    sys.path.insert(0, str(folder))
+    replaying_server: Callable[[], Server] = __import__("replay").replaying_server
+    tools = load_served_tools(folder / "loop_tool.py")
+    keys = KeyRing.parse(STATE_KEY)
+    database = folder / "runs.db"
+
+    def with_store() -> Server:
+        database.unlink(missing_ok=True)
+        return create_server(tools, store=open_store(f"sqlite:///{database}", keys), keys=keys)
+
+    def cold() -> Server:
+        with patched_warm_runs():
+            return create_server(tools, keys=keys)
+
+    return {
+        "replay": replaying_server,
+        "branchc": lambda: create_server(tools, keys=keys),
+        "branchc+sqlite": with_store,
+        "branchc, cold": cold,
+    }
+
+
+@contextlib.contextmanager
+def patched_warm_runs() -> Iterator[None]:
+    import branchc.bridge.server
+    from branchc.bridge.warm import WarmRuns
+
+    made = branchc.bridge.server.WarmRuns
+    branchc.bridge.server.WarmRuns = lambda: WarmRuns(size=0)
+    try:
+        yield
+    finally:
+        branchc.bridge.server.WarmRuns = made
+
+
+# `branchc serve` with the warm runs off, for the cold row over stdio
+COLD_SERVE = (
+    "import sys, branchc.bridge.server as server, branchc.bridge.warm as warm; "
+    "server.WarmRuns = lambda: warm.WarmRuns(size=0); "
+    "from branchc.cli import main; sys.argv[0] = 'branchc'; main()"
+)
+
+
+def over_stdio(folder: Path) -> dict[str, Callable[[], Any]]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BRANCHC_STATE_KEY": STATE_KEY}
+    serve = [sys.executable, "-m", "branchc", "serve", str(folder / "loop_tool.py")]
+    database = folder / "runs-stdio.db"
+
+    def target(command: list[str]) -> StdioServerParameters:
+        return StdioServerParameters(command=command[0], args=command[1:], env=env)
+
+    def with_store() -> StdioServerParameters:
+        database.unlink(missing_ok=True)
+        return target([*serve, "--store", f"sqlite:///{database}"])
+
+    return {
+        "replay": lambda: target([sys.executable, str(folder / "replay.py")]),
+        "branchc": lambda: target([*serve, "--store", "none"]),
+        "branchc+sqlite": with_store,
+        "branchc, cold": lambda: target([sys.executable, "-c", COLD_SERVE, *serve[3:], "--store", "none"]),
+    }
+
+
+def spread(values: list[float], form: str) -> str:
+    return f"{format(statistics.median(values), form)} [{format(min(values), form)} .. {format(max(values), form)}]"
+
+
+def measure(where: str, targets: dict[str, Callable[[], Any]], sizes: list[int], repeat: int) -> None:
+    print(f"{where}: ms per round, median [min .. max] of {repeat}; ratio to replay of the same repeat")
+    for n in sizes:
+        times: dict[str, list[float]] = {name: [] for name in SERVERS}
+        sizes_seen: dict[str, int] = {}
+        for index in range(repeat):
+            turn = index % len(SERVERS)
+            order = SERVERS[turn:] + SERVERS[:turn]  # rotated, so no server always runs first
+            for name in order:
+                ms, size = anyio.run(one_call, targets[name](), n)
+                times[name].append(ms)
+                sizes_seen[name] = size
+        line = f"  N={n:<5d} replay {spread(times['replay'], '.3f')} ms ({sizes_seen['replay']} B state)"
+        print(line)
+        for name in SERVERS[1:]:
+            ratios = [ours / base for ours, base in zip(times[name], times["replay"], strict=True)]
+            print(
+                f"  {'':7} {name:15} {spread(times[name], '.3f')} ms  x{spread(ratios, '.2f')} "
+                f"({sizes_seen[name]} B state)"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000], help="rounds per call")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each configuration")
+    parser.add_argument("--only", choices=["inproc", "stdio"], action="append", help="measure only these")
+    args = parser.parse_args()
+    only = set(args.only or ["inproc", "stdio"])
+    with tempfile.TemporaryDirectory(prefix="branchc-rounds-") as name:
+        folder = Path(name)
+        os.environ["BRANCHC_CACHE"] = str(folder / "cache")  # the servers compile into it
+        os.environ["BRANCHC_STATE_DIR"] = str(folder / "state")
+        (folder / "loop_tool.py").write_text(TOOL)
+        (folder / "replay.py").write_text(REPLAY)
+        print(f"Python {sys.version.split()[0]}; {json.dumps({'sizes': args.sizes, 'repeat': args.repeat})}")
+        if "inproc" in only:
+            measure("in process", in_process(folder), args.sizes, args.repeat)
+        if "stdio" in only:
+            measure("over stdio", over_stdio(folder), args.sizes, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
