@@ -156,8 +156,9 @@ def test_a_kept_machine_is_released_not_closed(tmp_path):
     released: list[str] = []
 
     class Machine:
-        def __init__(self, name: str) -> None:
+        def __init__(self, name: str, saved_bytes: int = 10) -> None:
             self.name = name
+            self.saved_bytes = saved_bytes
 
         def release(self) -> None:
             released.append(self.name)
@@ -174,3 +175,23 @@ def test_a_kept_machine_is_released_not_closed(tmp_path):
     del runs
     gc.collect()
     assert released == ["a", "c", "c2"]
+
+
+def test_kept_runs_are_bounded_by_their_saved_bytes():
+    released: list[str] = []
+
+    class Machine:
+        def __init__(self, name: str, saved_bytes: int) -> None:
+            self.name, self.saved_bytes = name, saved_bytes
+
+        def release(self) -> None:
+            released.append(self.name)
+
+    runs = WarmRuns(size=10, max_bytes=100)
+    runs.keep("a", {}, Machine("a", 40))
+    runs.keep("b", {}, Machine("b", 40))
+    runs.keep("c", {}, Machine("c", 40))  # 120 bytes: the oldest goes
+    assert released == ["a"] and runs.bytes == 80
+    runs.keep("big", {}, Machine("big", 101))  # more than all may hold: let go of at once
+    assert released == ["a", "big"] and runs.bytes == 80 and len(runs) == 2
+    assert runs.take("b") is not None and runs.bytes == 40

@@ -127,6 +127,7 @@ class Machine:
         self.result: Any = None  # the client phase's return value, or the exception that escaped it
         self.released = False  # let go of by release(): its run goes on from a saved copy
         self.executor: Any = None  # a concurrent.futures.Executor: sub-branch steps run there (never saved)
+        self.saved_bytes = 0  # the length of its last saved text (runstate.dump_run), what keeping it costs
 
     # -- saving between rounds -------------------------------------------------------------------
 

@@ -330,7 +330,9 @@ def dump_run(handoff: Any, machine: Machine) -> str:
         if _mirrors(request, machine.branches):
             holders[request.branch] = holders.get(request.branch, 0) + 1
     graph = encode_graph({"handoff": handoff, "machine": _Saved(machine)}, _run_extension(holders))
-    return _JSON.encode({"branchc_run": VERSION, "graph": graph})
+    text = _JSON.encode({"branchc_run": VERSION, "graph": graph})
+    machine.saved_bytes = len(text)
+    return text
 
 
 def _mirror_histories(saved: dict[str, Any]) -> None:
