@@ -240,6 +240,7 @@ CORE = {
     "markupsafe": "markupsafe",
     "mcp": "mcp",
     "mcp_types": "mcp-types",
+    "msgspec": "msgspec",
     "networkx": "networkx",
     "pydantic": "pydantic",
     "pydantic_core": "pydantic",  # pydantic's own core, pinned by it

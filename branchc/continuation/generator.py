@@ -132,20 +132,38 @@ def make_generator(
 
 def _call(function: types.FunctionType, code: types.CodeType, values: dict[str, Any], closure: Any) -> Any:
     """Call a compiled function or body with these parameter values (absent ones: None)."""
+    layout = _LAYOUTS.get(id(code))
+    if layout is None or layout[0] is not code:
+        layout = _LAYOUTS[id(code)] = _layout(code)
+    _, nested, positional, keyword, star, starstar, nones, keyword_nones = layout
+    if nested:  # a nested body takes every parameter positionally
+        return function(*[values.get(n) for n in positional], closure)
+    if not values:  # a resume: every parameter None, the prologue restores what was live
+        return function(*nones, **keyword_nones)
+    rest, named = values.get(star, ()), values.get(starstar, {})
+    # what a frame holds there: a tuple, and a dict of str keys (never an iterator or mapping to run)
+    if type(rest) is not tuple or type(named) is not dict or not all(type(key) is str for key in named):
+        raise TypeError(f"{code.co_qualname}: *{star} must be a tuple and **{starstar} a dict with str keys")
+    return function(*[values.get(n) for n in positional], *rest, **{n: values.get(n) for n in keyword}, **named)
+
+
+def _layout(code: types.CodeType) -> tuple:
+    """(code, nested, positional, keyword-only, *name, **name, None for each positional, for each
+    keyword-only) of a compiled function or body: read off its code once, not at every resume."""
     if code.co_varnames[code.co_argcount - 1 : code.co_argcount] == ("_bc_C",):
-        params = code.co_varnames[: code.co_argcount - 1]  # a nested body takes every parameter positionally
-        return function(*(values.get(n) for n in params), closure)
+        positional = code.co_varnames[: code.co_argcount - 1]
+        return code, True, positional, (), None, None, (), {}
     positional = code.co_varnames[: code.co_argcount]
     keyword = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
     index = code.co_argcount + code.co_kwonlyargcount
     star = code.co_varnames[index] if code.co_flags & 0x04 else None  # CO_VARARGS
     index += star is not None
     starstar = code.co_varnames[index] if code.co_flags & 0x08 else None  # CO_VARKEYWORDS
-    rest, named = values.get(star, ()), values.get(starstar, {})
-    # what a frame holds there: a tuple, and a dict of str keys (never an iterator or mapping to run)
-    if type(rest) is not tuple or type(named) is not dict or not all(type(key) is str for key in named):
-        raise TypeError(f"{code.co_qualname}: *{star} must be a tuple and **{starstar} a dict with str keys")
-    return function(*(values.get(n) for n in positional), *rest, **{n: values.get(n) for n in keyword}, **named)
+    return code, False, positional, keyword, star, starstar, (None,) * len(positional), dict.fromkeys(keyword)
+
+
+# id(code) -> its _layout; the code is kept alive there, so its id is not reused meanwhile
+_LAYOUTS: dict[int, tuple] = {}
 
 
 # -- reading a suspended generator -------------------------------------------------------------
@@ -283,24 +301,20 @@ def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
     the program runs: attributes are read off __dict__ and slots, not through getattr.
 
     A run's history is most of what this walks (thousands of messages, each a model holding a few
-    strings), so it is walked in short: each type is classified once per walk, and scalars are
-    never pushed (nor their ids kept)."""
+    strings, or a dict of them), so it is walked in short: each type is classified once (`_KINDS`),
+    scalars are never pushed (nor their ids kept), and a list of scalars and dicts of scalars is
+    checked by the types it holds, in C (`_flat`), without visiting each item."""
     found: list[types.GeneratorType] = []
     seen: set[int] = set()
     mark = seen.add
-    kinds: dict[type, int] = {}  # type -> what its instances hold (_kind), read once per walk
-    slots: dict[type, tuple[Any, ...]] = {}
+    kinds = _KINDS
     leaves = _LEAVES
     stack: list[Any] = [value for value in reversed(roots) if type(value) not in leaves]
     push, pushall, pop = stack.append, stack.extend, stack.pop
     while stack:
         value = pop()
         kind = type(value)
-        what = kinds.get(kind)
-        if what is None:
-            what = kinds[kind] = _kind(kind)
-            if what == _OBJECT:
-                slots[kind] = _carried_slots(kind)
+        what, slots = kinds.get(kind) or _classify(kind)
         if not what:
             continue
         key = id(value)
@@ -318,7 +332,7 @@ def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
                         push(item)
             elif attributes is not None:
                 push(attributes)
-            for member in slots[kind]:
+            for member in slots:
                 try:
                     item = member.__get__(value, kind)
                 except AttributeError:
@@ -326,7 +340,10 @@ def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
                 if type(item) not in leaves:
                     push(item)
         elif what == _ITEMS:
-            pushall(value)
+            if not _flat(value):
+                for item in value:
+                    if type(item) not in leaves:
+                        push(item)
         elif what == _DICT:
             for item in value:
                 if type(item) not in leaves:
@@ -338,8 +355,11 @@ def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
             if value.gi_frame is None or not is_compiled(value):
                 continue
             found.append(value)
-            pushall(value.gi_frame.f_locals.values())
-            push(value.gi_yieldfrom)
+            for item in value.gi_frame.f_locals.values():
+                if type(item) not in leaves:
+                    push(item)
+            if value.gi_yieldfrom is not None:
+                push(value.gi_yieldfrom)
         elif what == _CELL:
             try:
                 push(value.cell_contents)
@@ -353,6 +373,58 @@ def _held_generators(roots: tuple[Any, ...]) -> list[types.GeneratorType]:
             push(value.sub)
         else:  # _EXCEPTION
             pushall([value.args, value.__cause__, value.__context__, _attributes(value)])
+    return found
+
+
+def _flat(items: Any) -> bool:
+    """Whether nothing in a list (tuple, set) can hold a generator, read by type, in C (map, chain):
+    it holds only values of types that hold none (scalars, `holds_no_generators` classes), dicts of
+    scalars, and objects of one class whose attributes and slots are scalars (a history of models).
+    A history then costs a few calls, not a step of the walk per message; anything else is walked
+    item by item."""
+    held = set(map(type, items))
+    if held <= _LEAVES:
+        return True
+    walked = []
+    for kind in held:
+        what, slots = _KINDS.get(kind) or _classify(kind)
+        if what:
+            walked.append((kind, what, slots))
+    if not walked:
+        return True
+    if len(walked) != 1:
+        return False
+    ((kind, what, slots),) = walked
+    if len(held) > 1:
+        items = [item for item in items if type(item) is kind]
+    leaves = _LEAVES.issuperset
+    if what == _DICT:
+        return leaves(map(type, _chain(items))) and leaves(map(type, _chain(map(dict.values, items))))
+    if what != _OBJECT:
+        return False
+    try:  # what the walk reads of each: its __dict__ (a dict) and its carried slots
+        attributes = list(map(object.__getattribute__, items, _repeat("__dict__")))
+        if set(map(type, attributes)) != _DICT_ONLY or not leaves(map(type, _chain(map(dict.values, attributes)))):
+            return False
+        for member in slots:
+            if not leaves(map(type, map(member.__get__, items, _repeat(kind)))):
+                return False
+    except (AttributeError, TypeError):
+        return False  # no __dict__, or an unset slot: the walk takes each as it comes
+    return True
+
+
+_repeat = itertools.repeat
+_DICT_ONLY = {dict}
+_chain = itertools.chain.from_iterable
+
+
+def _classify(kind: type) -> tuple[int, tuple[Any, ...]]:
+    """What instances of `kind` hold (`_kind`) and, for an object, the slots it carries; kept in `_KINDS`."""
+    if len(_KINDS) > 10_000:  # classes made on the fly (a test's, say) are not kept for ever
+        _KINDS.clear()
+    what = _kind(kind)
+    found = _KINDS[kind] = (what, _carried_slots(kind) if what == _OBJECT else ())
     return found
 
 
@@ -385,12 +457,16 @@ def _kind(kind: type) -> int:
 _SCALARS = frozenset({builtins.str, int, float, bool, bytes})
 _LEAVES = _SCALARS | {type(None)}
 _HOLD_NO_GENERATORS: set[type] = set()
+#: type -> (what its instances hold (`_kind`), an object's carried slots): a class's kind and slots are
+#: fixed when it is made, so each is read once, not at every release
+_KINDS: dict[type, tuple[int, tuple[Any, ...]]] = {}
 
 
 def holds_no_generators(*classes: type) -> None:
     """Declare that instances of `classes` never hold a generator (models of str fields, say: a
     history's messages), so `release` does not walk into them: a long history costs it nothing."""
     _HOLD_NO_GENERATORS.update(classes)
+    _KINDS.clear()  # classified before, perhaps as objects to walk
 
 
 def _carried_slots(cls: type) -> tuple[Any, ...]:

@@ -603,6 +603,18 @@ def resolve_class(ref: Any, modules: frozenset[str] | None = None) -> type:
     found = _VALUE_TYPES.get(ref) if type(ref) is str else None
     if found is not None:
         return found
+    resolved = _RESOLVED.get(ref) if type(ref) is str else None
+    if resolved is not None:  # found before in a compiled module loaded here: the same checks, in short
+        found, known, loaded, module, qualname = resolved
+        if (
+            _LOADED.get(module) is known
+            and (modules is None or module in modules)
+            and sys.modules.get(module) is loaded
+            and _by_name(loaded, qualname) is found
+            and found.__module__ == module
+            and found.__qualname__ == qualname
+        ):
+            return found
     module, qualname = _split(ref, "class")
     known = _known(module)
     if known is None or qualname not in known.classes:
@@ -611,10 +623,21 @@ def resolve_class(ref: Any, modules: frozenset[str] | None = None) -> type:
             f"module level in the compiled modules (and branchc's own data types)"
         )
     _check_modules(module, modules, ref)
-    found = _by_name(_import(module, known), qualname)
+    loaded = _import(module, known)
+    found = _by_name(loaded, qualname)
     if not isinstance(found, type) or found.__module__ != module or found.__qualname__ != qualname:
         raise SnapshotError(f"{ref} is not a class defined there")
+    if _LOADED.get(module) is known:  # its module's record and the module itself say whether it still holds
+        if len(_RESOLVED) > 4096:  # modules made on the fly (a test's, say) are not kept for ever
+            _RESOLVED.clear()
+        _RESOLVED[ref] = (found, known, loaded, module, qualname)
     return found
+
+
+#: "module:qualname" -> (the class, the record of its compiled module, that module, the module's name, the
+#: qualname): what resolve_class found, taken again while the module's record, the module and the name are
+#: the same (a reloaded or rebuilt module, or a name bound anew, resolves afresh)
+_RESOLVED: dict[str, tuple[type, _Module, types.ModuleType, str, str]] = {}
 
 
 def travels(cls: type) -> bool:

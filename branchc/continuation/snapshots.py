@@ -52,10 +52,15 @@ put there (splitter/bindings.py, splitter/lower.py), before anything of the prog
 What no check here can tell is data forged within those bounds (other values of the kinds a
 variable may hold, where the compiler cannot narrow them): sealing a record at rest keeps those out.
 
-Most snapshots are of one generator holding plain data (messages, counters, its loops' range
-iterators, the Context): `snapshot` and `resume` first try a short path for exactly that
-(`_plain_snapshot`, `_plain_resume`, on codec.encode_plain / decode_plain), which writes and
-reads the same data as the full path; anything else, including every error, goes the full way.
+Most snapshots are of one generator holding plain data (messages as dicts or pydantic models,
+counters, its loops' range iterators, the Context): `snapshot` and `resume` first try a short path
+for exactly that (`_plain_snapshot`, `_plain_resume`, on codec.encode_plain / decode_plain), which
+writes and reads the same data as the full path, within the same limits and checks; anything else,
+including every error, goes the full way.
+
+`dump_json` / `parse_json` are the JSON text of a snapshot: msgspec writes and reads it several times
+faster than the json module, and the json module takes over wherever msgspec would not give exactly
+what json gives (lone surrogates, NaN, ints past sys.int_max_str_digits, nesting past its depth).
 """
 
 from __future__ import annotations
@@ -71,8 +76,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
+
 from .codec import BUILTIN_TYPES, DEFAULT_LIMITS, DecodeLimits, decode, decode_plain, encode, encode_plain
 from .codec.common import _not_an_exception, _show, slot_members
+from .codec.plain import PlainTables
 from .errors import NotSerializableError, SnapshotDataError, SnapshotError
 from .generator import free_cells, is_compiled, make_generator, release, source_location, state
 from .registry import (
@@ -97,6 +105,7 @@ __all__ = [
     "SnapshotError",
     "check_version",
     "decode_graph",
+    "dump_json",
     "encode_graph",
     "parse_json",
     "resume",
@@ -145,12 +154,36 @@ def check_version(data: Any, key: str, what: str) -> None:
 _JSON_TOKENS = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]')
 
 
+# msgspec reads and writes JSON several times faster than the json module. What it reads, it reads as
+# json.loads does, and it refuses the rest, which json.loads then reads or refuses with its own error:
+# lone surrogates (escaped, or in a str), NaN and Infinity, numbers that overflow a float, a BOM, and
+# ints longer than sys.int_max_str_digits. It never turns an int into a float (as orjson does past 64 bits).
+_fast_decode = msgspec.json.Decoder().decode
+_fast_encode = msgspec.json.Encoder().encode
+_TEXTS = (str, bytes, bytearray)
+
+
+def dump_json(data: Any) -> str:
+    """The JSON text of snapshot data (what `snapshot` and `encode_graph` return: JSON types only, finite
+    floats), compact, other than ASCII as it is; parse_json and json.loads read back exactly that data.
+    A str with a lone surrogate, which UTF-8 cannot hold, is written by the json module (escaped)."""
+    try:
+        return _fast_encode(data).decode("utf-8")
+    except (TypeError, ValueError, OverflowError):
+        return json.dumps(data, separators=(",", ":"))
+
+
 def parse_json(text: str | bytes, what: str = "the snapshot", limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
     """The JSON value of a snapshot's (a saved run's, a step's) text, which is untrusted: text nested
     deeper than Python's json parser takes here (it recurses: 100,000 levels are a RecursionError in
     every CPython) is a SnapshotDataError naming the depth, the place and the limits, never a
     RecursionError; what parses and nests deeper than DecodeLimits.max_depth is refused by the decoder.
     Malformed JSON raises ValueError (json.JSONDecodeError), as json.loads does."""
+    if type(text) in _TEXTS:
+        try:
+            return _fast_decode(text)
+        except Exception:  # what msgspec refuses, json.loads reads or refuses, in its words
+            pass
     try:
         return json.loads(text)
     except RecursionError:
@@ -473,18 +506,22 @@ def encode_graph(roots: dict[str, Any], extension: Any = None) -> dict[str, Any]
 
 
 def _plain_snapshot(generator: types.GeneratorType) -> dict[str, Any] | None:
-    """The common case, in short: variables of plain data (see codec.encode_plain) and no closure.
-    The same data as the full path writes; None when it does not apply."""
+    """The common case, in short: variables of plain data and models of it (see codec.encode_plain)
+    and no closure. The same data as the full path writes; None when it does not apply."""
     if generator.gi_code.co_freevars:
         return None
     status, label, values = state(generator)
-    encoded = encode_plain(values, _PLAIN_EXTRAS)
+    tables = PlainTables(travels)
+    encoded = encode_plain(values, _PLAIN_EXTRAS, tables)
     if encoded is None:
         return None
     meta = meta_of(generator.gi_code)
     entry = {"t": "gen", "fn": meta.ref, "hash": meta.hash, "state": status, "label": label, "vars": encoded}
     entry["free"] = {}
-    return {"branchc": VERSION, "graph": {"roots": {"gen": ["@", entry]}, "objects": []}}
+    graph = tables.tables()  # "classes" and "shapes" when models were written, as `encode` writes them
+    graph["roots"] = {"gen": ["@", entry]}
+    graph["objects"] = []
+    return {"branchc": VERSION, "graph": graph}
 
 
 def snapshot(generator: types.GeneratorType) -> dict[str, Any]:
@@ -632,6 +669,7 @@ def _method(owner: Any, name: str) -> Any:
 
 _TOP_FIELDS = frozenset({"branchc", "graph"})
 _GRAPH_FIELDS = frozenset({"roots", "objects"})
+_GRAPH_TABLES = _GRAPH_FIELDS | {"classes", "shapes"}
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # JSON scalars decode to themselves
 _STATES = ("created", "suspended", "done")
 
@@ -801,10 +839,19 @@ def _restorable_at(meta: FunctionMeta, state: str, label: Any) -> frozenset[str]
 def _plain_resume(
     graph: Any, context: Any, allowed: frozenset[str] | None, limits: DecodeLimits
 ) -> types.GeneratorType | None:
-    """The common case, in short: one generator of plain variables (see codec.decode_plain), no
-    table, no closure. The same generator as the full path builds; None when it does not apply
-    (then the full path runs, and reports what is wrong)."""
-    if type(graph) is not dict or graph.keys() != _GRAPH_FIELDS:
+    """The common case, in short: one generator of plain variables and models of them (see
+    codec.decode_plain), no closure. The same generator as the full path builds; None when it does
+    not apply (then the full path runs, and reports what is wrong)."""
+    if type(graph) is not dict:
+        return None
+    keys = graph.keys()
+    if keys == _GRAPH_FIELDS:
+        tables = None
+    elif _GRAPH_FIELDS <= keys <= _GRAPH_TABLES:
+        tables = PlainTables.read(graph, _resolver(allowed), limits)
+        if tables is None:
+            return None
+    else:
         return None
     roots, objects = graph["roots"], graph["objects"]
     if type(roots) is not dict or len(roots) != 1 or type(objects) is not list or objects:
@@ -826,9 +873,12 @@ def _plain_resume(
         return None
     if state == "suspended" and (type(label) is not int or label not in meta.sites):
         return None
-    values = decode_plain(variables, {"ctx": context}, limits=limits)
     live = _restorable_at(meta, state, label)
-    if values is None or not live.issuperset(values) or meta.body_code.co_freevars:
+    if not live.issuperset(variables) or meta.body_code.co_freevars:
+        return None
+    # decode counts the root and its ["@", entry] (3 values), and nests the variables one level inside it
+    values = decode_plain(variables, {"ctx": context}, limits=limits, tables=tables, level=2, counted=3)
+    if values is None:
         return None
     try:
         if state == "suspended":

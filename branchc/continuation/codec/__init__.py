@@ -134,8 +134,12 @@ twice about the same value, so it should not count on being asked once).
 
 Fast paths: `encode_plain(values)` / `decode_plain(values)` do what `encode` / `decode` do, for
 graphs of plain data only (scalars, lists and str-keyed dicts of them, range iterators, no
-sharing), in much less code; they return None for anything else (or past the `limits`), and the caller
-then runs the full codec, which also reports any error.
+sharing) and, given a `PlainTables` (plain.py), pydantic models of such data with no extra or
+private attributes (a chat history), in much less code; they return None for anything else (or past
+the `limits`, counted as `decode` counts), and the caller then runs the full codec, which also
+reports any error. They take a model's class only where the full codec would (the same class policy
+and checks, each class checked once per document), and a list of models of one kind is read in C
+(map, zip) rather than item by item.
 
 Limits of the format: a dict or set whose hashing needs an object that sits on a cycle through
 that same dict or set cannot be restored; set and dict iterators come back as iterators over a

@@ -409,31 +409,36 @@ class _Decoder:
             raise SnapshotDataError(
                 _fmt(path), f"expected an index into the {len(self.class_refs)} classes, got {_show(n)}"
             )
-        ref = self.class_refs[n]
-        if ref.count(":") != 1:
-            raise SnapshotDataError(_fmt(path), f'expected "module:qualname", got {_show(ref)}')
-        module, qualname = ref.split(":")
-        if module == "builtins" and kind is _EXCEPTION:
-            found = _lookup(sys.modules["builtins"], qualname)
-        else:
-            try:
-                found = self.resolve(ref)
-            except (LookupError, ValueError, ImportError) as error:  # the resolver's refusal, as it says it
-                raise SnapshotDataError(_fmt(path), str(error)) from None
-        checked = _CHECKED.get((ref, kind))  # what passed these checks before in this process, if anything
-        if checked is None or checked is not found:
-            if not (
-                isinstance(found, type)
-                and found.__module__ == module
-                and found.__qualname__ == qualname
-                and kind.test(found)
-            ):
-                raise SnapshotDataError(_fmt(path), f"{ref} is not {kind.name} defined there")
-            if finalizer(found):
-                raise SnapshotDataError(_fmt(path), f"{ref} has a __del__, which would run with the snapshot's data")
-            _CHECKED[(ref, kind)] = found
-        self.classes[(n, kind)] = found
+        found = self.classes[(n, kind)] = class_for(self.class_refs[n], kind, self.resolve, path)
         return found
+
+
+def class_for(ref: str, kind: _Kind, resolve: ClassResolver, path: Any) -> type:
+    """The class "module:qualname" names, of `kind` (see `_Decoder.cls`); SnapshotDataError at `path`
+    when the resolver refuses it or it is not a `kind` defined there."""
+    if ref.count(":") != 1:
+        raise SnapshotDataError(_fmt(path), f'expected "module:qualname", got {_show(ref)}')
+    module, qualname = ref.split(":")
+    if module == "builtins" and kind is _EXCEPTION:
+        found = _lookup(sys.modules["builtins"], qualname)
+    else:
+        try:
+            found = resolve(ref)
+        except (LookupError, ValueError, ImportError) as error:  # the resolver's refusal, as it says it
+            raise SnapshotDataError(_fmt(path), str(error)) from None
+    checked = _CHECKED.get((ref, kind))  # what passed these checks before in this process, if anything
+    if checked is None or checked is not found:
+        if not (
+            isinstance(found, type)
+            and found.__module__ == module
+            and found.__qualname__ == qualname
+            and kind.test(found)
+        ):
+            raise SnapshotDataError(_fmt(path), f"{ref} is not {kind.name} defined there")
+        if finalizer(found):
+            raise SnapshotDataError(_fmt(path), f"{ref} has a __del__, which would run with the snapshot's data")
+        _CHECKED[(ref, kind)] = found
+    return found
 
 
 #: ("module:qualname", kind) -> the class the resolver gave for it, once it passed the checks of
