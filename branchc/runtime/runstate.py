@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
-import json
 import operator
 import sys
 import zlib
@@ -29,7 +28,7 @@ from pydantic import BaseModel
 
 from ..continuation.errors import SnapshotDataError, SnapshotError
 from ..continuation.generator import release_reachable
-from ..continuation.snapshots import VERSION, check_version, decode_graph, encode_graph, parse_json
+from ..continuation.snapshots import VERSION, check_version, decode_graph, dump_json, encode_graph, parse_json
 from .client import ElicitRequest, SampleRequest
 from .context import BranchState, Context
 from .errors import BranchcError
@@ -330,7 +329,7 @@ def dump_run(handoff: Any, machine: Machine) -> str:
         if _mirrors(request, machine.branches):
             holders[request.branch] = holders.get(request.branch, 0) + 1
     graph = encode_graph({"handoff": handoff, "machine": _Saved(machine)}, _run_extension(holders))
-    text = _JSON.encode({"branchc_run": VERSION, "graph": graph})
+    text = dump_json({"branchc_run": VERSION, "graph": graph})
     machine.saved_bytes = len(text)
     return text
 
@@ -350,11 +349,6 @@ def _mirror_histories(saved: dict[str, Any]) -> None:
         if type(state) is not BranchState or type(request.prompt) is not Message:
             raise RunStateError(f"the saved run's request {key!r} has no history to take its messages from")
         request.sample = sample.model_copy(update={"messages": [*state.messages, request.prompt]})
-
-
-# json.dumps(..., separators=(",", ":"), ensure_ascii=False), made once; the codec's graph is a tree of
-# fresh lists and dicts (what is shared is written once, in "objects"), so no cycle check is needed.
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
 
 
 def pack_run(text: str) -> str:
