@@ -5,17 +5,17 @@
    in a subprocess, handshake era, with the same client answering at once.
 2. The same over streamable HTTP on 127.0.0.1 (stateful, handshake era): `branchc serve --http`
    (the SDK's app inside branchc's `ClientWatch` wrapper) against the same bare handler served by
-   the SDK's own `streamable_http_app()` under uvicorn; both subprocesses.
-3. The 2026-07-28 era, as a tool's history grows (10, 100, 1,000 rounds): the size of
-   `request_state` as the client gets it (the run text, format 2, packed by runstate.pack_run,
-   then sealed by the SDK) and the server's time per round, against a replaying handler (the approach
-   of the SDK's resolvers and of replay engines: the state records every answer so far, and
-   each round runs the flow again from the start, feeding them back).
-4. The latency auth adds per call: a trivial tool call (no request to the client, nothing suspended) over
+   the SDK's own `streamable_http_app()` under uvicorn with the uvicorn settings branchc uses; all
+   subprocesses, running at once, measured in turn. Over HTTP branchc keeps handshake-era runs in its
+   default store (each suspension and each answer is a write), so it is measured with `--store none`
+   too: the difference between the two lines is that store's cost.
+3. The latency auth adds per call: a trivial tool call (no request to the client, nothing suspended) over
    streamable HTTP with the SDK's client, against `branchc serve --http` started without auth (the
    baseline), with `--auth-tokens FILE` (PRINCIPAL TOKEN lines; the client sends `Authorization: Bearer
    TOKEN`), and with `--auth-jwks FILE --auth-issuer --auth-audience` (an RS256 JWT of a local JWKS
    file). All three serve at once; each round measures them in turn, in a rotating order, in both eras.
+
+The 2026-07-28 era's rounds, against a replaying handler, are benchmarks/bench_rounds.py.
 
     python benchmarks/bench_bridge.py [--quick] [--only auth]
 """
@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
+import math
 import os
 import secrets
 import socket
@@ -37,7 +39,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -46,9 +48,11 @@ import mcp.types as types
 from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server import Server
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
+
+from branchc.bridge.settings import ServeSettings
+from branchc.bridge.transport import KEEP_ALIVE
 
 warnings.simplefilter("ignore", MCPDeprecationWarning)
 
@@ -114,17 +118,27 @@ BARE = textwrap.dedent(
 )
 
 # The same handlers, served over streamable HTTP by the SDK's own app (stateful: the back channel
-# rides the session's stream), under uvicorn with the settings `branchc serve --http` uses.
+# rides the session's stream; the SDK's defaults for body size and idle sessions are branchc's), under
+# uvicorn with the settings `branchc serve --http` gives it (transport.py): keep-alive, the connection cap.
+# Its HTTP protocol stays uvicorn's default: branchc's (h11 with request deadlines, deadlines.py) is its own.
 BARE_HTTP = BARE.replace("from mcp.server.stdio import stdio_server\n", "import sys\n\nimport uvicorn\n").replace(
     """async def main():
     server = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 """,
-    """async def main():
+    f"""async def main():
     server = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
     app = server.streamable_http_app(host="127.0.0.1")
-    config = uvicorn.Config(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive={KEEP_ALIVE},
+        limit_concurrency={ServeSettings.model_fields["max_connections"].default},
+    )
     await uvicorn.Server(config).serve()
 """,
 )
@@ -138,9 +152,12 @@ async def answer(ctx, params: types.CreateMessageRequestParams) -> types.CreateM
 QUIET = {"PYTHONWARNINGS": "ignore", "BRANCHC_STATE_KEY": "k" * 40}
 
 
-async def round_trips(command: list[str] | str, n: int, repeat: int) -> float:
-    """Median sampling round trips per second of one tools/call making n samples; `command` is a
-    server to start over stdio, or the URL of a streamable HTTP server already running."""
+async def round_trips(
+    command: list[str] | str, n: int, repeat: int, cpu: Callable[[], float] | None = None
+) -> tuple[float, float]:
+    """(median sampling round trips per second of one tools/call making n samples, the server's CPU ms per
+    round trip meanwhile, NaN without `cpu`); `command` is a server to start over stdio, or the URL of a
+    streamable HTTP server already running, whose CPU seconds so far `cpu` tells."""
     if isinstance(command, str):
         target: StdioServerParameters | str = command
     else:
@@ -148,12 +165,23 @@ async def round_trips(command: list[str] | str, n: int, repeat: int) -> float:
     rates = []
     async with Client(target, mode="legacy", sampling_callback=answer) as client:
         await client.call_tool("loop", {"n": 2})  # warm up: imports, first compile of each path
+        used = cpu() if cpu is not None else math.nan
         for _ in range(repeat):
             start = time.perf_counter()
             result = await client.call_tool("loop", {"n": n})
             rates.append(n / (time.perf_counter() - start))
             assert not result.is_error, result
-    return statistics.median(rates)
+        used = (cpu() if cpu is not None else math.nan) - used
+    return statistics.median(rates), used * 1000 / (n * repeat)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` used so far, from /proc (Linux); NaN elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_round_trips(folder: Path, n: int, repeat: int) -> None:
@@ -163,8 +191,8 @@ def bench_round_trips(folder: Path, n: int, repeat: int) -> None:
     bare = [sys.executable, str(folder / "bare_server.py")]
     ours, base = [], []
     for _ in range(3):  # alternate, so drift in the machine's speed hits both alike
-        base.append(anyio.run(round_trips, bare, n, repeat))
-        ours.append(anyio.run(round_trips, branchc, n, repeat))
+        base.append(anyio.run(round_trips, bare, n, repeat)[0])
+        ours.append(anyio.run(round_trips, branchc, n, repeat)[0])
     ours_rate, base_rate = statistics.median(ours), statistics.median(base)
     print(f"1. sampling round trips over stdio, handshake era ({n} samples per call)")
     print(
@@ -180,9 +208,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def http_server(command: list[str], port: int, log: Path) -> Iterator[str]:
-    """Runs `command` (a server listening on 127.0.0.1:port) until the block ends; yields its URL
-    once the port accepts connections (uvicorn binds only after the app's startup)."""
+def http_server(command: list[str], port: int, log: Path) -> Iterator[tuple[str, int]]:
+    """Runs `command` (a server listening on 127.0.0.1:port) until the block ends; yields its URL and
+    pid once the port accepts connections (uvicorn binds only after the app's startup)."""
     with log.open("wb") as errors:
         process = subprocess.Popen(command, env={**os.environ, **QUIET}, stdout=subprocess.DEVNULL, stderr=errors)
     try:
@@ -195,7 +223,7 @@ def http_server(command: list[str], port: int, log: Path) -> Iterator[str]:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 break
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", process.pid
     finally:
         process.terminate()
         try:
@@ -205,93 +233,40 @@ def http_server(command: list[str], port: int, log: Path) -> Iterator[str]:
             process.wait()
 
 
-def bench_http_round_trips(folder: Path, n: int, repeat: int) -> None:
+def bench_http_round_trips(folder: Path, n: int, repeat: int, rounds: int = 3) -> None:
     (folder / "bare_http_server.py").write_text(BARE_HTTP)
-    branchc = [sys.executable, "-m", "branchc", "serve", str(folder / "loop_tool.py"), "--http"]
-    bare = [sys.executable, str(folder / "bare_http_server.py")]
-    ours, base = [], []
-    for _ in range(3):  # alternate, so drift in the machine's speed hits both alike
-        port = free_port()
-        with http_server([*bare, str(port)], port, folder / "bare_http.log") as url:
-            base.append(anyio.run(round_trips, url, n, repeat))
-        port = free_port()
-        with http_server([*branchc, f"127.0.0.1:{port}"], port, folder / "branchc_http.log") as url:
-            ours.append(anyio.run(round_trips, url, n, repeat))
-    ours_rate, base_rate = statistics.median(ours), statistics.median(base)
+    serve = [sys.executable, "-m", "branchc", "serve", str(folder / "loop_tool.py"), "--http"]
+    servers = {
+        "bare SDK handler": lambda port: [sys.executable, str(folder / "bare_http_server.py"), str(port)],
+        "branchc serve --http": lambda port: [*serve, f"127.0.0.1:{port}"],
+        "  with --store none": lambda port: [*serve, f"127.0.0.1:{port}", "--store", "none"],
+    }
+    names = list(servers)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    with contextlib.ExitStack() as stack:
+        urls, pids = {}, {}
+        for index, (name, command) in enumerate(servers.items()):
+            port = free_port()
+            urls[name], pids[name] = stack.enter_context(http_server(command(port), port, folder / f"http-{index}.log"))
+        for index in range(rounds):  # in turn, who goes first rotating, so drift in the machine hits all alike
+            for name in names[index % len(names) :] + names[: index % len(names)]:
+                # with the rate, the server's own CPU time per round trip: what it costs, whatever else the machine runs
+                rate, used = anyio.run(round_trips, urls[name], n, repeat, functools.partial(cpu_seconds, pids[name]))
+                rates[name].append(rate)
+                cpu[name].append(used)
+    base = rates[names[0]]
     print(f"2. sampling round trips over streamable HTTP on 127.0.0.1, handshake era ({n} samples per call)")
-    print(
-        f"   bare SDK handler {base_rate:7.0f}/s   branchc serve {ours_rate:7.0f}/s   "
-        f"overhead {base_rate / ours_rate:5.2f}x"
-    )
-
-
-# -- 2026-07-28 rounds -----------------------------------------------------------------------------
-
-
-def replaying_server() -> Server:
-    """The flow of TOOL by replay: request_state lists every answer; each round reruns the loop."""
-
-    async def list_tools(ctx, params):
-        return types.ListToolsResult(tools=[types.Tool(name="loop", input_schema={"type": "object"})])
-
-    async def call_tool(ctx, params):
-        answers = json.loads(params.request_state) if params.request_state else []
-        if params.input_responses:
-            answers.append(params.input_responses["s"].content.text)
-        history: list[types.SamplingMessage] = []
-        for i in range(params.arguments["n"]):
-            prompt = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=f"step {i}"))
-            if i == len(answers):
-                request = types.CreateMessageRequest(
-                    params=types.CreateMessageRequestParams(messages=[*history, prompt], max_tokens=1)
-                )
-                return types.InputRequiredResult(input_requests={"s": request}, request_state=json.dumps(answers))
-            reply = types.TextContent(type="text", text=answers[i])
-            history += [prompt, types.SamplingMessage(role="assistant", content=reply)]
-        return types.CallToolResult(content=[types.TextContent(type="text", text=answers[-1])])
-
-    return Server("replay", on_list_tools=list_tools, on_call_tool=call_tool)
-
-
-async def per_round(server: Server, n: int) -> tuple[float, int]:
-    """(median server time per round in ms, size of the last request_state in bytes), in process."""
-    times: list[float] = []
-    sizes: list[int] = []
-
-    async def sampling(ctx, params):
-        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
-
-    async with Client(server, mode="2026-07-28", sampling_callback=sampling, input_required_max_rounds=n + 5) as c:
-        session = c.session
-        state, responses = None, None
-        while True:
-            start = time.perf_counter()
-            result = await session.call_tool(
-                "loop", {"n": n}, input_responses=responses, request_state=state, allow_input_required=True
-            )
-            times.append(time.perf_counter() - start)
-            if not isinstance(result, types.InputRequiredResult):
-                break
-            state = result.request_state
-            sizes.append(len(state))
-            (key,) = result.input_requests
-            responses = {key: await sampling(None, None)}
-    return statistics.median(times[-10:]) * 1000, sizes[-1] if sizes else 0
-
-
-def bench_rounds(folder: Path, sizes: list[int]) -> None:
-    from branchc.bridge.loading import load_served_tools
-    from branchc.bridge.server import create_server
-
-    tools = load_served_tools(folder / "loop_tool.py")
-    print("3. 2026-07-28 rounds as the history grows (time per round: median of the last 10)")
-    for n in sizes:
-        ours_ms, ours_size = anyio.run(per_round, create_server(tools, state_key="k" * 40), n)
-        base_ms, base_size = anyio.run(per_round, replaying_server(), n)
-        print(
-            f"   {n:5d} rounds: branchc {ours_ms:7.2f} ms/round, request_state {ours_size:8d} B   "
-            f"replay {base_ms:7.2f} ms/round, request_state {base_size:8d} B"
-        )
+    print("   round trips/s, overhead (bare rate / this rate, per round) and the server's CPU ms per round trip,")
+    print(f"   each the median of {rounds} rounds [min .. max]")
+    overheads = {name: "" for name in names}
+    for name in names[1:]:
+        ratio = [plain / ours for plain, ours in zip(base, rates[name], strict=True)]
+        overheads[name] = f"overhead {spread(ratio, '.2f')}x"
+    width = max(map(len, overheads.values()))
+    for name in names:
+        rate = f"{spread(rates[name], '5.0f')}/s"
+        print(f"     {name:22} {rate}   {overheads[name]:{width}}   server CPU {spread(cpu[name], '.2f')} ms")
 
 
 # -- the latency of auth ---------------------------------------------------------------------------------
@@ -380,7 +355,7 @@ def bench_auth(folder: Path, calls: int, rounds: int) -> None:
         for name, (flags, _) in setups.items():
             port = free_port()
             log = folder / f"auth-{len(urls)}.log"
-            urls[name] = stack.enter_context(http_server([*serve, f"127.0.0.1:{port}", *flags], port, log))
+            urls[name], _ = stack.enter_context(http_server([*serve, f"127.0.0.1:{port}", *flags], port, log))
             assert refused_without_token(urls[name]) == bool(flags), f"{name}: auth is not as configured"
         for index in range(rounds):
             order = names[index % len(names) :] + names[: index % len(names)]  # rotate who goes first
@@ -412,11 +387,9 @@ def spread(values: list[float], form: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    parser.add_argument(
-        "--only", choices=["stdio", "http", "rounds", "auth"], action="append", help="run only these parts"
-    )
+    parser.add_argument("--only", choices=["stdio", "http", "auth"], action="append", help="run only these parts")
     args = parser.parse_args()
-    only = set(args.only or ["stdio", "http", "rounds", "auth"])
+    only = set(args.only or ["stdio", "http", "auth"])
     with tempfile.TemporaryDirectory(prefix="branchc-bench-") as name:
         folder = Path(name)
         os.environ["BRANCHC_CACHE"] = str(folder / "cache")  # the servers compile into it
@@ -426,8 +399,6 @@ def main() -> None:
             bench_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
         if "http" in only:
             bench_http_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
-        if "rounds" in only:
-            bench_rounds(folder, [10, 100] if args.quick else [10, 100, 1000])
         if "auth" in only:
             bench_auth(folder, 100 if args.quick else 300, 3 if args.quick else 7)
 

@@ -38,3 +38,58 @@ def test_a_growing_run_reads_everyones_usage_at_most_once_a_second(tmp_path, mon
         caps.admit("alice", 1600, grows_from=1000)
     assert store.reads[-2:] == ["alice", "everyone"]
     store.close()
+
+
+TOOL = """
+from pydantic import BaseModel
+
+from branchc import Context, tool
+
+
+class Params(BaseModel):
+    n: int
+
+
+loop = tool("loop", params=Params, requires={"sampling"})
+
+
+@loop.client
+def client(handoff: dict, ctx: Context):
+    for i in range(handoff["n"]):
+        yield ctx.sample(prompt=f"step {i}", max_tokens=1)
+    return {"turns": len(ctx.messages) // 2}
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_a_run_held_in_the_handshake_era_saves_its_history_as_flat_text(tmp_path, monkeypatch):
+    """Each time the run waits it is saved; the answered request is not kept alive past its answer, so no
+    message of the history is held twice and every one is written as role, text (runstate._history)."""
+    import json
+
+    import mcp.types as types
+    from mcp import Client
+
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "loop_tool.py").write_text(TOOL)
+    tools = load_served_tools(tmp_path / "loop_tool.py")
+    store = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
+    histories: list[list] = []
+
+    async def sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
+        (record,) = store.list()
+        graph = json.loads(store.load(record.run_id).saved)["graph"]
+        (branch,) = [e[1] for e in graph["objects"] if e[0] == "@" and e[1]["t"] == "branch"]
+        histories.append(branch["history"])
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+    async with Client(create_server(tools, keys=KEYS, store=store), mode="legacy", sampling_callback=sampling) as c:
+        result = await c.call_tool("loop", {"n": 4})
+    assert result.structured_content == {"turns": 4}
+    assert [len(history) for history in histories] == [0, 4, 8, 12]
+    assert all(type(item) is str for history in histories for item in history), histories
+    store.close()

@@ -80,8 +80,10 @@ class HeldRun:
 
     async def answering(self) -> None:
         """An answer arrived: this process still holds the run (a compare-and-swap that refreshes its expiry),
-        else RunTakenOverError, before the run moves on with it."""
-        self.record = await self._write(expires=time.time() + self.ttl)
+        else RunTakenOverError, before the run moves on with it. Its meta is given as it stands (the record
+        written at this version has it), so the store need not parse it again at every answer."""
+        assert self.record is not None
+        self.record = await self._write(meta=self.record.meta, expires=time.time() + self.ttl)
 
     async def saved(self, saved: str, machine: Machine) -> None:
         """The run as it waits now, before its requests are asked."""

@@ -289,6 +289,9 @@ class _Run:
                         if request.key not in asked:
                             asked[request.key] = anyio.CancelScope()
                             group.start_soon(self._ask, request, asked[request.key], send)
+                    # answered requests are not held here past their answer: their sample's message list would
+                    # hold every message of the history once more when the run is next saved (runstate._history)
+                    pending = request = None
                     key, how, value = await receive.receive()
                     del asked[key]
                     if self.checkpoint is not None:
