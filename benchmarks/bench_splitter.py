@@ -8,12 +8,15 @@
 2. Snapshot + json.dumps + json.loads + resume of a suspended tool holding a
    20-message history, against json.dumps + json.loads of its live data alone;
    and the sizes of both.
-3. Compile throughput on a generated tree of tools (cold, and a cached rebuild),
-   against LibCST's own parse + codegen of the same tree.
+3. Compile throughput on a generated tree of tools, against LibCST's own parse + codegen
+   of the same tree: a cold build in CPU time (this process and the processes it starts:
+   compile workers, and the one that imports the modules to read their tools) and in
+   wall time (the workers run side by side, LibCST in one process); and a rebuild with
+   nothing changed, by `build()` here and by `branchc compile` in a process of its own, as a
+   ratio to the cold build and in seconds.
 
 Parts 1 and 2 time the process's CPU time (wall time on Windows, where it is coarse), so
-that time the system gives to other processes does not count; part 3 runs worker
-processes and times wall time.
+that time the system gives to other processes does not count.
 
     python benchmarks/bench_splitter.py [--quick] [--repeat N] [--only steps,snapshot,compile] [--json]
 
@@ -25,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -252,8 +257,26 @@ TOOL_FILE = textwrap.dedent(
 )
 
 
-def bench_compile(lines_target: int) -> dict:
-    """Lines per second of LibCST alone and of a cold build, their ratio, and a no-change rebuild's time."""
+def cpu_time() -> float:
+    """CPU seconds of this process and of its children that have ended (a build waits for its workers)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def cli_compile(source: Path, out: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of `branchc compile SOURCE -o OUT` in a process of its own (its CPU time
+    does not count what other work on the machine takes from it)."""
+    cpu, start = cpu_time(), time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "branchc", "compile", str(source), "-o", str(out)], capture_output=True, text=True
+    )
+    wall, cpu = time.perf_counter() - start, cpu_time() - cpu
+    assert done.returncode == 0, done.stderr
+    return wall, cpu
+
+
+def bench_compile(lines_target: int, repeat: int) -> dict:
+    """LibCST alone against a cold build (CPU and wall), and a no-change rebuild against the cold build."""
     root = Path(tempfile.mkdtemp(prefix="branchc-bench-"))
     try:
         source = root / "src"
@@ -265,30 +288,46 @@ def bench_compile(lines_target: int) -> dict:
             lines += text.count("\n")
             index += 1
         texts = [p.read_text() for p in sorted(source.glob("*.py"))]
-        libcst_times, cold_times = [], []
-        for attempt in range(3):  # alternated, so that drift in the machine's speed hits both alike
-            start = time.perf_counter()
+        samples = []  # (LibCST CPU, LibCST wall, cold build CPU, cold build wall), alternated
+        for attempt in range(3):  # so that drift in the machine's speed hits both alike
+            cpu, wall = cpu_time(), time.perf_counter()
             for text in texts:
                 libcst.parse_module(text).code  # noqa: B018
-            libcst_times.append(time.perf_counter() - start)
-            start = time.perf_counter()
+            libcst_cpu, libcst_wall = cpu_time() - cpu, time.perf_counter() - wall
+            cpu, wall = cpu_time(), time.perf_counter()
             result = build([source], root / f"out{attempt}")
-            cold_times.append(time.perf_counter() - start)
+            samples.append((libcst_cpu, libcst_wall, cpu_time() - cpu, time.perf_counter() - wall))
             assert not result.errors, result.errors[:3]
-        start = time.perf_counter()
-        again = build([source], root / "out0")
-        cached = time.perf_counter() - start
-        assert not again.compiled
-        libcst_time, cold = statistics.median(libcst_times), statistics.median(cold_times)
-        ratio = statistics.median(lt / ct for lt, ct in zip(libcst_times, cold_times, strict=True))
+        rebuilds = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            again = build([source], root / "out0")
+            rebuilds.append(time.perf_counter() - start)
+            assert not again.compiled
+        # the command line: a cold build, then no-change rebuilds, each in a process of its own
+        cli_cold, _ = cli_compile(source, root / "cli")
+        cli_rebuilds = [cli_compile(source, root / "cli") for _ in range(max(3, repeat // 2))]
+        medians = [statistics.median(column) for column in zip(*samples, strict=True)]
+        libcst_cpu, libcst_wall, cold_cpu, cold_wall = medians
+        rebuild = statistics.median(rebuilds)
+        cli_rebuild, cli_rebuild_cpu = (statistics.median(column) for column in zip(*cli_rebuilds, strict=True))
         return {
             "files": index,
             "lines": lines,
             "processes": build_workers(len(texts)),
-            "libcst_lines_per_s": lines / libcst_time,
-            "cold_lines_per_s": lines / cold,
-            "ratio_to_libcst": ratio,
-            "rebuild_s": cached,
+            "libcst_lines_per_s": lines / libcst_cpu,
+            "cold_lines_per_s": lines / cold_cpu,
+            "ratio_to_libcst": statistics.median(lc / cc for lc, _, cc, _ in samples),
+            "ratio_spread": [min(lc / cc for lc, _, cc, _ in samples), max(lc / cc for lc, _, cc, _ in samples)],
+            "wall_ratio_to_libcst": statistics.median(lw / cw for _, lw, _, cw in samples),
+            "cold_wall_s": cold_wall,
+            "rebuild_s": rebuild,
+            "rebuild_ratio_to_cold": rebuild / cold_wall,
+            "cli_cold_s": cli_cold,
+            "cli_rebuild_s": cli_rebuild,
+            "cli_rebuild_spread": [min(wall for wall, _ in cli_rebuilds), max(wall for wall, _ in cli_rebuilds)],
+            "cli_rebuild_cpu_s": cli_rebuild_cpu,
+            "cli_rebuild_ratio_to_cold": cli_rebuild / cli_cold,
         }
     finally:
         shutil.rmtree(root)
@@ -299,12 +338,23 @@ def print_compile(figures: dict) -> None:
         f"3. compile throughput on {figures['files']} files, {figures['lines']} lines "
         f"({figures['processes']} processes)"
     )
-    print(f"   LibCST parse + codegen {figures['libcst_lines_per_s']:8.0f} lines/s")
+    low, high = figures["ratio_spread"]
+    print(f"   LibCST parse + codegen {figures['libcst_lines_per_s']:8.0f} lines/s of CPU")
     print(
-        f"   branchc compile (cold) {figures['cold_lines_per_s']:8.0f} lines/s   "
-        f"ratio to LibCST {figures['ratio_to_libcst']:5.2f}"
+        f"   branchc compile (cold) {figures['cold_lines_per_s']:8.0f} lines/s of CPU   "
+        f"ratio to LibCST {figures['ratio_to_libcst']:5.2f} ({low:.2f}-{high:.2f}); "
+        f"in wall time {figures['wall_ratio_to_libcst']:5.2f}"
     )
-    print(f"   no-change rebuild      {figures['rebuild_s']:8.3f} s")
+    print(
+        f"   no-change rebuild      {figures['rebuild_s']:8.3f} s    "
+        f"{figures['rebuild_ratio_to_cold']:6.3f} of the cold build ({figures['cold_wall_s']:.2f} s)"
+    )
+    low, high = figures["cli_rebuild_spread"]
+    print(
+        f"   branchc compile again  {figures['cli_rebuild_s']:8.3f} s    "
+        f"{figures['cli_rebuild_ratio_to_cold']:6.3f} of its cold build ({figures['cli_cold_s']:.2f} s); "
+        f"{low:.3f}-{high:.3f} s; CPU {figures['cli_rebuild_cpu_s']:.3f} s"
+    )
 
 
 PARTS = ("steps", "snapshot", "compile")
@@ -335,7 +385,7 @@ def main() -> None:
     benches = {
         "steps": (lambda: bench_steps(repeat, steps_per_run), print_steps),
         "snapshot": (lambda: bench_snapshot(repeat), print_snapshot),
-        "compile": (lambda: bench_compile(1_000 if args.quick else 10_000), print_compile),
+        "compile": (lambda: bench_compile(1_000 if args.quick else 10_000, repeat), print_compile),
     }
     figures = {
         "python": platform.python_version(),

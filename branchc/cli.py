@@ -334,8 +334,6 @@ def compile_(
     OUT is the compiler's own: it is refused when it holds files but no branchc.json, and after each
     build it holds exactly the modules of the manifest (a module whose source is gone is removed).
     `serve`, `run` and `graph` given the same sources use the default folder's build."""
-    from rich.progress import Progress
-
     from .splitter.build import BuildError, build, default_build_folder
 
     interactive = err.is_terminal
@@ -344,12 +342,7 @@ def compile_(
         if out is None:
             out = default_build_folder(sources)
         if interactive:
-            with Progress(console=err, transient=True, auto_refresh=False) as bar:  # no thread: build may fork
-                task = bar.add_task("compiling", total=None)
-
-                def progress(done: int, total: int, path: str) -> None:
-                    bar.update(task, completed=done, total=total, description=f"compiling {path}", refresh=True)
-
+            with _compile_progress() as progress:
                 result = build(sources, out, progress=progress)
         else:
             result = build(sources, out)
@@ -367,6 +360,29 @@ def compile_(
         f"compiled {len(result.compiled)} module(s), {len(result.cached)} unchanged, into {escape(shown)} "
         f"(serve it: branchc serve {escape(shlex.quote(shown))})"
     )
+
+
+@contextlib.contextmanager
+def _compile_progress() -> Iterator[typing.Callable[[int, int, str], None]]:
+    """`build`'s progress callback for a terminal: a bar, shown from the first module compiled (a build
+    with nothing to compile shows none, nor imports rich.progress)."""
+    shown: list[Any] = []  # the bar and its task, once shown
+
+    def progress(done: int, total: int, path: str) -> None:
+        if not shown:
+            from rich.progress import Progress
+
+            bar = Progress(console=err, transient=True, auto_refresh=False)  # no thread: build may fork
+            bar.start()
+            shown[:] = [bar, bar.add_task("compiling", total=None)]
+        bar, task = shown
+        bar.update(task, completed=done, total=total, description=f"compiling {path}", refresh=True)
+
+    try:
+        yield progress
+    finally:
+        if shown:
+            shown[0].stop()
 
 
 def _shown_path(path: Path) -> str:

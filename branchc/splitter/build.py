@@ -5,7 +5,9 @@ package structure): the compiled text, readable, which on import gives its
 functions the source's file name and line numbers (see continuation/relocate.py), so
 tracebacks point at what you wrote. `OUT/branchc.json` describes every compiled
 function and every tool, and names the sources it was built from and each module's file.
-An unchanged file (same content hash, same compiler) is not compiled again.
+An unchanged file (same text and place, same compiler: `_digest`) is not compiled again, and a
+build where nothing changed writes nothing. A module's tools are read by importing it in another
+process, and only a module with a client phase is imported.
 
 A build folder is the compiler's own: it writes only into a new or empty folder or one holding a
 manifest (a build), and after each build the folder holds exactly the modules the manifest lists
@@ -20,22 +22,28 @@ from __future__ import annotations
 import glob
 import hashlib
 import importlib
+import importlib.util
 import json
 import multiprocessing
 import os
 import re
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from .compiler import COMPILER_VERSION, CompiledModule, compile_module
-from .diagnostics import CompileError, Diagnostic
+from .diagnostics import Diagnostic
+from .version import COMPILER_VERSION
+
+if TYPE_CHECKING:  # the compiler (and LibCST) is loaded only when a file needs compiling
+    from .compiler import Compiled, CompiledModule
 
 __all__ = [
     "BuildError",
@@ -106,16 +114,41 @@ def _passed_over(folder: str, name: str, skipped: set[str]) -> bool:
     return os.path.isfile(os.path.join(folder, MANIFEST)) or os.path.realpath(folder) in skipped
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(f"{COMPILER_VERSION}\0{text}".encode()).hexdigest()
+_FINGERPRINT: str | None = None
+
+
+def _fingerprint() -> str:
+    """What a module's compiled form and manifest entry depend on besides its text and place: the
+    compiler's own files (an edited compiler rebuilds without a version bump), LibCST and Python,
+    and branchc and pydantic, which describe the tools. Read once per process."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import pydantic
+
+        digest = hashlib.sha256(f"{COMPILER_VERSION}\0{__version__}\0{sys.version}\0{pydantic.VERSION}".encode())
+        try:
+            digest.update(version("libcst").encode())
+        except PackageNotFoundError:  # not installed as a distribution: its files' dates stand in
+            digest.update(str(os.stat(os.path.dirname(importlib.util.find_spec("libcst").origin)).st_mtime).encode())
+        for path in sorted(Path(__file__).parent.glob("*.py")):
+            digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
+        _FINGERPRINT = digest.hexdigest()
+    return _FINGERPRINT
+
+
+def _digest(source: SourceFile, text: str) -> str:
+    """The manifest's `hash` of a module: its text, where it is (the compiled text names the source's
+    path) and the compiler (`_fingerprint`)."""
+    return hashlib.sha256(f"{_fingerprint()}\0{source.path.resolve()}\0{text}".encode()).hexdigest()
 
 
 def check(sources: Iterable[str | Path]) -> list[Diagnostic]:
     """Diagnostics for every file; nothing is written."""
     jobs, diagnostics = _read_all(find_sources(sources))
-    with _workers(len(jobs)) as run:
-        for _, found in run(_compile, [str(source.path) for source, _ in jobs], [text for _, text in jobs]):
-            diagnostics += found
+    with _workers(len(jobs)) as pool:
+        _compile_all(jobs, pool, lambda source, compiled, found: diagnostics.extend(found))
     return diagnostics
 
 
@@ -129,39 +162,67 @@ def _read_all(files: list[SourceFile]) -> tuple[list[tuple[SourceFile, str]], li
     return jobs, diagnostics
 
 
-def _compile(path: str, text: str) -> tuple[CompiledModule | None, list[Diagnostic]]:
-    try:
-        result = compile_module(text, path)
-    except CompileError as error:
-        return None, error.diagnostics
-    return result, result.diagnostics
+def _compile_chunk(paths: list[str], texts: list[str]) -> list[Compiled]:
+    from .compiler import compile_each
+
+    return compile_each(list(zip(texts, paths, strict=True)))
+
+
+def _compile_all(
+    jobs: list[tuple[SourceFile, str]],
+    pool: Executor | None,
+    each: Callable[[SourceFile, CompiledModule | None, list[Diagnostic]], object],
+) -> None:
+    """`each(source, compiled module or None, diagnostics)` for every job, in order, as they are done:
+    compiled in `pool`'s processes a chunk at a time, or else here."""
+    if not jobs:
+        return
+    if pool is None:
+        from .compiler import compile_each
+
+        compile_each([(text, str(source.path)) for source, text in jobs], lambda i, *done: each(jobs[i][0], *done))
+        return
+    size = max(1, len(jobs) // (build_workers(len(jobs)) * 8))  # the pool's size, as _workers made it
+    chunks = [jobs[start : start + size] for start in range(0, len(jobs), size)]
+    results = pool.map(
+        _compile_chunk,
+        [[str(source.path) for source, _ in chunk] for chunk in chunks],
+        [[text for _, text in chunk] for chunk in chunks],
+    )
+    for chunk, compiled_chunk in zip(chunks, results, strict=True):
+        for (source, _), (compiled, diagnostics) in zip(chunk, compiled_chunk, strict=True):
+            each(source, compiled, diagnostics)
 
 
 # Below this many files per process, another process costs more than it saves.
 _FILES_PER_WORKER = 8
-Run = Callable[..., Iterator[Any]]
 
 
 def build_workers(files: int) -> int:
     """How many processes compile a tree of `files` changed files (1: this one)."""
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if not _can_fork():
         return 1
     return max(1, min(len(os.sched_getaffinity(0)), files // _FILES_PER_WORKER))
 
 
+def _can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 @contextmanager
-def _workers(files: int) -> Iterator[Run]:
-    """`run(fn, *lists)`: fn over the lists, results in order; on every core when the tree is large."""
+def _workers(files: int) -> Iterator[Executor | None]:
+    """A pool of processes to compile on, when the tree is large enough to gain from one; else None."""
     workers = build_workers(files)
     if workers < 2:
-        yield map
+        yield None
         return
     # Workers are forked, so they start with the compiler imported and need nothing from
     # __main__ (spawn would run it again). Only the compiler runs in them; the CLI's progress
     # bar refreshes without a thread of its own, so no other thread's lock is copied held.
+    from . import compiler  # noqa: F401  (loaded before the fork, once for every worker)
+
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        chunk = max(1, files // (workers * 8))
-        yield lambda fn, *lists: pool.map(fn, *lists, chunksize=chunk)
+        yield pool
 
 
 def default_build_folder(sources: Iterable[str | Path]) -> Path:
@@ -201,7 +262,9 @@ def build(
 
     `out` is the compiler's own: a folder that holds files but no manifest is refused (BuildError,
     nothing written). Afterwards it holds exactly the modules the manifest lists: the modules of a
-    previous build whose source is gone (or no longer compiles) are removed."""
+    previous build whose source is gone (or no longer compiles) are removed. When nothing changed
+    (every module's `hash`, the module files, the manifest), nothing is written and the compiler is
+    not loaded."""
     out = Path(out)
     sources = [Path(source) for source in sources]
     files = find_sources(sources, skip=[out])
@@ -225,7 +288,7 @@ def build(
     todo: list[tuple[SourceFile, str]] = []
     digests: dict[SourceFile, str] = {}
     for source, text in jobs:
-        digest = digests[source] = _digest(text)
+        digest = digests[source] = _digest(source, text)
         old = previous.get(source.module)
         if (
             isinstance(old, dict)
@@ -240,6 +303,10 @@ def build(
         else:
             todo.append((source, text))
     known = _known_files(previous_manifest)
+    if not todo and not known - {entry["file"] for entry in modules.values()}:
+        if {**header, "modules": modules} != previous_manifest:  # the same modules, from other sources or a
+            _write_manifest(out, {**header, "modules": modules})  # manifest of an older branchc, say
+        return result
     if todo:
         # before the first module is written: the folder is claimed, and the manifest names every
         # module file the folder may hold, so an interrupted build leaves nothing the next cannot remove
@@ -248,39 +315,89 @@ def build(
         pending = known | {source.relative.as_posix() for source, _ in todo}
         _write_manifest(out, {**header, "modules": kept, "pending": sorted(pending)})
     done = len(files) - len(todo)
-    with _workers(len(todo)) as run:
-        compiled_all = run(_compile, [str(source.path) for source, _ in todo], [text for _, text in todo])
-        for (source, _), (compiled, diagnostics) in zip(todo, compiled_all, strict=True):
-            if progress is not None:
-                progress(done, len(files), str(source.path))
-            done += 1
-            result.diagnostics += diagnostics
-            if compiled is None:
-                continue
-            _write(out / source.relative, compiled)
-            modules[source.module] = {
-                "source": str(source.path),
-                "file": source.relative.as_posix(),
-                "hash": digests[source],
-                "functions": [f.manifest() for f in compiled.functions],
-                "classes": compiled.classes,
-                "tools": [],
-                "warnings": [[d.line, d.column, d.message, d.hint] for d in diagnostics if d.severity == "warning"],
-            }
-            result.compiled.append(source.module)
+
+    def finish(source: SourceFile, compiled: CompiledModule | None, diagnostics: list[Diagnostic]) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(done, len(files), str(source.path))
+        done += 1
+        result.diagnostics += diagnostics
+        if compiled is None:
+            return
+        _write(out / source.relative, compiled)
+        modules[source.module] = {
+            "source": str(source.path),
+            "file": source.relative.as_posix(),
+            "hash": digests[source],
+            "functions": [f.manifest() for f in compiled.functions],
+            "classes": compiled.classes,
+            "tools": [],
+            "warnings": [[d.line, d.column, d.message, d.hint] for d in diagnostics if d.severity == "warning"],
+        }
+        result.compiled.append(source.module)
+
+    with _workers(len(todo)) as pool:
+        _compile_all(todo, pool, finish)
         if progress is not None:
             progress(len(files), len(files), "")
         # what the manifest will not list goes before the modules are imported: none can import it
         _remove_stale(out, known - {entry["file"] for entry in modules.values()}, files)
+        # the modules to import for their tools: those compiled now, and those unchanged that may import
+        # one that changed or is gone (a class their tool takes may have changed with it)
+        changed = set(result.compiled) | (set(previous) - set(modules))
+        cached = set(result.cached)
+        texts = {source.module: text for source, text in jobs if source.module in cached}
+        names = [name for name in result.compiled if _has_client(modules[name])]
+        names += sorted(name for name in _naming(changed, texts) if _has_client(modules[name]))
         if not result.errors:  # every module is written: now they can import each other
-            root = str(out.resolve())
-            names = [name for name in result.compiled if modules[name]["functions"]]
-            for name, (tools, problem) in zip(names, run(_describe, [root] * len(names), names), strict=True):
+            described = _describe_all(str(out.resolve()), names, pool, build_workers(len(todo)))
+            for name, (tools, problem) in zip(names, described, strict=True):
                 if problem is not None:
                     result.diagnostics.append(Diagnostic(modules[name]["source"], 1, 1, "error", problem))
+                    modules[name]["hash"] = None  # not up to date: the next build imports it again
                 modules[name]["tools"] = tools
+        else:
+            for name in names:  # their tools are not known: the next build compiles them again
+                modules[name]["hash"] = None
     _write_manifest(out, {**header, "modules": modules})
+    _forget(changed | set(names))
     return result
+
+
+def _forget(names: set[str]) -> None:
+    """Drop from this process the modules `names` (what the build wrote anew or removed, or what
+    imports that) when imported from a build, this one or another by the same names: an import after
+    the build then finds what is there now."""
+    for name in names:
+        origin = getattr(getattr(sys.modules.get(name), "__spec__", None), "origin", None)
+        if isinstance(origin, str) and any((folder / MANIFEST).is_file() for folder in Path(origin).parents):
+            del sys.modules[name]
+
+
+def _has_client(entry: dict[str, Any]) -> bool:
+    """Whether a module's manifest entry lists a tool's client phase: only then can the module hold a
+    tool of its own (the manifest lists a tool under the module of its client), and only then is it
+    imported to read it."""
+    functions = entry.get("functions")
+    return isinstance(functions, list) and any(isinstance(f, dict) and f.get("kind") == "client" for f in functions)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _naming(changed: set[str], texts: dict[str, str]) -> set[str]:
+    """The modules of `texts` (name -> source) that name a module of `changed` (by its last part, as
+    `import pkg.mod` and `from . import mod` do), or name one that does, and so on."""
+    if not changed or not texts:
+        return set()
+    words = {name: set(_WORD.findall(text)) for name, text in texts.items()}
+    found: set[str] = set()
+    frontier = set(changed)
+    while frontier:
+        parts = {name.rpartition(".")[2] for name in frontier}
+        frontier = {name for name, named in words.items() if name not in found and not named.isdisjoint(parts)}
+        found |= frontier
+    return found - changed
 
 
 def _claim(out: Path) -> None:
@@ -386,7 +503,65 @@ def _write(target: Path, compiled: CompiledModule) -> None:
     target.write_text(text, encoding="utf-8")
 
 
-def _describe(root: str, name: str) -> tuple[list[dict], str | None]:
+Described = tuple[list[dict], str | None]  # a module's tools, and what went wrong importing it
+
+
+def _describe_all(root: str, names: list[str], pool: Executor | None, workers: int) -> list[Described]:
+    """The tools of each module `names` of the build `root`, read by importing it in another process,
+    never this one (an import runs the module's code): `pool`'s (its `workers`), else one forked for
+    it, else (no fork, or other threads here, which a fork would copy mid-flight) a fresh interpreter."""
+    if not names:
+        return []
+    if pool is None and (not _can_fork() or threading.active_count() > 1):
+        return _describe_elsewhere(root, names)
+    try:
+        if pool is None:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as own:
+                return own.submit(_describe_many, root, names).result()
+        size = max(1, len(names) // (workers * 8))  # a few chunks a worker: a round trip costs a millisecond
+        chunks = [names[start : start + size] for start in range(0, len(names), size)]
+        return [found for chunk in pool.map(_describe_many, [root] * len(chunks), chunks) for found in chunk]
+    except BrokenProcessPool:
+        problem = "importing the compiled modules to read their tools ended the process (os._exit or a crash)"
+        return [([], problem)] * len(names)
+
+
+def _describe_many(root: str, names: list[str]) -> list[Described]:
+    return [_describe(root, name) for name in names]
+
+
+# the interpreter that reads the tools: sys.path as here, then the request
+_CHILD = (
+    "import json, sys; request = json.load(sys.stdin); sys.path[:] = request['path']; "
+    "from branchc.splitter.build import _describe_main; _describe_main(request)"
+)
+
+
+def _describe_elsewhere(root: str, names: list[str]) -> list[Described]:
+    request = json.dumps({"path": sys.path, "root": root, "names": names})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD], input=request, stdout=subprocess.PIPE, encoding="utf-8", check=False
+        )
+        found = json.loads(done.stdout) if done.returncode == 0 else done.returncode
+    except (OSError, ValueError) as error:  # no interpreter to start, or no answer from it
+        found = error
+    if not isinstance(found, list) or len(found) != len(names):
+        problem = f"importing the compiled modules to read their tools failed in their own process ({found!r})"
+        return [([], problem)] * len(names)
+    return [(tools, problem) for tools, problem in found]
+
+
+def _describe_main(request: dict[str, Any]) -> None:
+    """In the interpreter `_describe_elsewhere` starts: the tools of each module, as JSON on stdout."""
+    answer = sys.stdout
+    sys.stdout = sys.stderr  # what the modules print is not the answer
+    found = _describe_many(request["root"], request["names"])
+    answer.write(json.dumps(found))
+    answer.flush()
+
+
+def _describe(root: str, name: str) -> Described:
     """Import one compiled module from OUT and record its tools: name, description, schema, requires,
     limits. Relocation is skipped: only the tools are read."""
     from ..continuation.relocate import relocation_paused

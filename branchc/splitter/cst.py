@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -19,6 +21,7 @@ __all__ = [
     "contains_yield",
     "expr",
     "if_stmt",
+    "make",
     "name",
     "paren",
     "reset_counts",
@@ -34,6 +37,26 @@ PREFIX = "_bc_"
 
 def name(value: str) -> cst.Name:
     return cst.Name(value)
+
+
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+_SHARED: dict[type, dict[str, cst.CSTNode]] = {}
+
+
+def make(kind: type[_Node], **fields: Any) -> _Node:
+    """`kind(**fields)` with its default whitespace made once: LibCST makes each one anew for every
+    node (a block's header is three nodes), which costs more than the node itself. Nodes are
+    immutable and no pass tells whitespace apart by identity, so one serves them all."""
+    shared = _SHARED.get(kind)
+    if shared is None:
+        shared = {}
+        for field in dataclasses.fields(kind):
+            if field.default_factory is not dataclasses.MISSING:
+                value = field.default_factory()
+                if isinstance(value, cst.CSTNode):
+                    shared[field.name] = value
+        _SHARED[kind] = shared
+    return kind(**{**shared, **fields})
 
 
 class _Codegen(CodegenState):
@@ -155,16 +178,17 @@ def stmt(template: str, **parts: cst.CSTNode) -> cst.BaseStatement:
 
 
 def simple(small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
-    return cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+    return make(cst.SimpleStatementLine, body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
 
 
 def assign(target: str | cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> cst.SimpleStatementLine:
     target_node = name(target) if isinstance(target, str) else target
-    return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target=target_node)], value=value)])
+    line = make(cst.Assign, targets=[make(cst.AssignTarget, target=target_node)], value=value)
+    return make(cst.SimpleStatementLine, body=[line])
 
 
 def block(body: Sequence[cst.BaseStatement]) -> cst.IndentedBlock:
-    return cst.IndentedBlock(body=list(body) or [cst.SimpleStatementLine(body=[cst.Pass()])])
+    return make(cst.IndentedBlock, body=list(body) or [make(cst.SimpleStatementLine, body=[cst.Pass()])])
 
 
 def if_stmt(
@@ -175,10 +199,10 @@ def if_stmt(
     if isinstance(orelse, cst.If):
         tail: cst.If | cst.Else | None = orelse
     elif orelse:
-        tail = cst.Else(body=block(orelse))
+        tail = make(cst.Else, body=block(orelse))
     else:
         tail = None
-    return cst.If(test=test, body=block(body), orelse=tail)
+    return make(cst.If, test=test, body=block(body), orelse=tail)
 
 
 # LibCST's own `node.visit(visitor)` rebuilds every node it passes, even for a read-only
@@ -229,10 +253,40 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """`node.visit(visitor)` for a read-only visitor, without rebuilding the tree."""
+    kind = type(visitor)
+    if kind.on_visit is _ON_VISIT and kind.on_leave is _ON_LEAVE:
+        methods = _METHODS.get(kind)
+        if methods is None:
+            methods = _METHODS[kind] = {}
+        _dispatched(node, visitor, methods)
+        return
     if visitor.on_visit(node):
         for child in children(node):
             walk(child, visitor)
     visitor.on_leave(node)
+
+
+_ON_VISIT, _ON_LEAVE = cst.CSTVisitor.on_visit, cst.CSTVisitor.on_leave
+_METHODS: dict[type, dict[type, tuple[Any, Any]]] = {}  # visitor class -> node class -> (visit_X, leave_X)
+
+
+def _dispatched(node: cst.CSTNode, visitor: cst.CSTVisitor, methods: dict[type, tuple[Any, Any]]) -> None:
+    """`walk` for a visitor that keeps CSTVisitor's own dispatch to `visit_X` / `leave_X`: each
+    class's methods looked up once, not by name at every node."""
+    kind = type(node)
+    found = methods.get(kind)
+    if found is None:
+        owner = type(visitor)
+        found = methods[kind] = (
+            getattr(owner, f"visit_{kind.__name__}", None),
+            getattr(owner, f"leave_{kind.__name__}", None),
+        )
+    visit, leave = found
+    if visit is None or visit(visitor, node) is not False:
+        for child in children(node):
+            _dispatched(child, visitor, methods)
+    if leave is not None:
+        leave(visitor, node)
 
 
 #: yields per node, for the nodes of the module being compiled (cleared by `reset_counts`)

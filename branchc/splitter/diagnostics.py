@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from ..errors import BranchcError
+
+if TYPE_CHECKING:  # the build reads diagnostics without loading LibCST
+    import libcst as cst
 
 __all__ = ["CompileError", "Diagnostic", "Reporter"]
 

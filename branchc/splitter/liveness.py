@@ -1,6 +1,6 @@
 """Pass 3, liveness: which variables a snapshot at each label must carry.
 
-A control-flow graph (networkx) of the lowered body, read as it runs normally
+A control-flow graph of the lowered body, read as it runs normally
 (`_bc_T` is 0, so resume guards fold away), with exception edges from every
 statement in a try to its handlers and finally. A variable is live at a label if
 some path from that yield reads it before writing it. The analysis errs on the
@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-import networkx as nx
 
 from .cst import walk
 from .lower import T
@@ -180,10 +179,30 @@ class _Try:
     final: int | None  # entry of the finally block, if any
 
 
+class _Edges:
+    """A directed graph's edges, each normal or exceptional (a plain dict of dicts: a graph
+    library's bookkeeping cost more than the analysis)."""
+
+    def __init__(self) -> None:
+        self.succ: dict[int, dict[int, bool]] = {}  # node -> {successor: whether the edge is exceptional}
+        self.pred: dict[int, dict[int, None]] = {}
+
+    def add_node(self, node: int) -> None:
+        self.succ.setdefault(node, {})
+        self.pred.setdefault(node, {})
+
+    def add_edge(self, source: int, target: int, exceptional: bool = False) -> None:
+        self.add_node(source)
+        self.add_node(target)
+        following = self.succ[source]
+        following[target] = following.get(target, False) or exceptional  # added again, it stays exceptional
+        self.pred[target][source] = None
+
+
 class _Graph:
     def __init__(self, labels: dict[cst.CSTNode, tuple[int, str | None]]) -> None:
         self.labels = labels
-        self.graph = nx.DiGraph()
+        self.graph = _Edges()
         self.nodes: dict[int, _Node] = {}
         self.loops: list[tuple[int, list[int]]] = []  # (head, break sources)
         self.tries: list[_Try] = []
@@ -354,14 +373,14 @@ def live_variables(
     ends = graph.block(statements, [])
     graph.link(ends, graph.exit)
 
-    edges = graph.graph.adj
+    succ, pred = graph.graph.succ, graph.graph.pred
     live_in: dict[int, set[str]] = {n: set() for n in graph.nodes}
 
     def outs(ident: int) -> tuple[set[str], set[str]]:
         normal: set[str] = set()
         exceptional: set[str] = set()
-        for succ, data in edges[ident].items():
-            (exceptional if data.get("exceptional") else normal).update(live_in[succ])
+        for following, raised in succ[ident].items():
+            (exceptional if raised else normal).update(live_in[following])
         return normal, exceptional
 
     work = list(graph.nodes)
@@ -372,7 +391,7 @@ def live_variables(
         new = info.uses | (normal - info.defs) | exceptional
         if new != live_in[ident]:
             live_in[ident] = new
-            work.extend(graph.graph.predecessors(ident))
+            work.extend(pred[ident])
 
     targets = {label: target for label, target in labelled.values()}
     result: dict[int, set[str]] = {}

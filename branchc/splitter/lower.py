@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .cst import PREFIX, assign, block, dotted, expr, if_stmt, name, paren, simple, stmt, yield_count
+from .cst import PREFIX, assign, block, dotted, expr, if_stmt, make, name, paren, simple, stmt, walk, yield_count
 
 __all__ = ["Lowerer", "YieldSite", "count_yields"]
 
@@ -111,7 +111,7 @@ def pending_names(node: cst.Try) -> list[str]:
         region += list(node.orelse.body.body)
     raises = _Raises()
     for part in region:
-        part.visit(raises)
+        walk(part, raises)
     if count_yields(region):
         raises.names.add("GeneratorExit")
     return sorted(raises.names)
@@ -231,10 +231,14 @@ class Lowerer:
         target = small.targets[0].target.value if isinstance(small, cst.Assign) else None
         self.yield_nodes[statement] = (k, target)
         # try blocks cost nothing in CPython 3.11 until something is raised
-        released = cst.ExceptHandler(
-            type=expr("_bc_rt.GeneratorExit"), body=block([assign(T, expr("_bc_rt.on_exit()")), simple(cst.Raise())])
+        released = make(
+            cst.ExceptHandler,
+            type=expr("_bc_rt.GeneratorExit"),
+            body=block([assign(T, expr("_bc_rt.on_exit()")), simple(cst.Raise())]),
         )
-        guarded = cst.Try(body=block([self.marked(line.with_changes(body=[statement]), node)]), handlers=[released])
+        guarded = make(
+            cst.Try, body=block([self.marked(line.with_changes(body=[statement]), node)]), handlers=[released]
+        )
         suspend = [assign("_bc_label", _int(k)), guarded]
         out.append(if_stmt(expr(f"not {T} or {T} == {k}"), suspend))
         if delegates:
@@ -263,11 +267,12 @@ class Lowerer:
         if orelse:
             c, d = self.span(orelse)
             else_test = expr(f"not {T} or {{rng}}", rng=in_range(c, d)) if d >= c else expr(f"not {T}")
-            tail = cst.If(test=else_test, body=block(self.any_block(orelse)))
-        return cst.If(test=condition, body=block(new_body), orelse=tail, leading_lines=node.leading_lines)
+            tail = make(cst.If, test=else_test, body=block(self.any_block(orelse)))
+        return make(cst.If, test=condition, body=block(new_body), orelse=tail, leading_lines=node.leading_lines)
 
     def guard(self, lo: int, hi: int, body: list[cst.BaseStatement], node: cst.CSTNode) -> cst.If:
-        return cst.If(
+        return make(
+            cst.If,
             test=expr(f"not {T} or {{rng}}", rng=in_range(lo, hi)),
             body=block(body),
             leading_lines=getattr(node, "leading_lines", ()),
@@ -280,8 +285,8 @@ class Lowerer:
         self.stack.append(_Frame("loop"))
         new_body = self.any_block(body)
         self.stack.pop()
-        orelse = cst.Else(body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
-        loop = cst.While(test=condition, body=block(new_body), orelse=orelse)
+        orelse = make(cst.Else, body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
+        loop = make(cst.While, test=condition, body=block(new_body), orelse=orelse)
         return self.guard(lo, hi, [loop], node)
 
     def for_(self, node: cst.For) -> cst.If:
@@ -296,7 +301,7 @@ class Lowerer:
         self.stack.pop()
         for label in range(a, b + 1):  # resuming into the body reads the iterator
             self.handler_vars.setdefault(label, []).append(iterator)
-        orelse = cst.Else(body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
+        orelse = make(cst.Else, body=block(self.any_block(list(node.orelse.body.body)))) if node.orelse else None
         if b < a:
             # Only `else` holds labels: resuming there means the loop had ended.
             source = expr(f"{{e}} if not {T} else ()", e=paren(node.iter))
@@ -305,14 +310,14 @@ class Lowerer:
         setup = if_stmt(
             expr(f"not {T}"), [self.marked(assign(iterator, expr("_bc_rt.iter({e})", e=paren(node.iter))), node)]
         )
-        release = cst.Finally(body=block([assign(iterator, name("None"))]))  # as CPython drops it on exit
+        release = make(cst.Finally, body=block([assign(iterator, name("None"))]))  # as CPython drops it on exit
         # resuming into the body: one dummy step re-enters it; into `else`: the loop had ended
         source = expr(
             f"{iterator} if not {T} else (_bc_rt.resume_iter({iterator}) if {{rng}} else ())", rng=in_range(a, b)
         )
         bind = if_stmt(expr(f"not {T}"), [assign(node.target, name(item))])
-        loop = cst.For(target=name(item), iter=source, body=block([bind, *new_body]), orelse=orelse)
-        return self.guard(lo, hi, [setup, cst.Try(body=block([loop]), finalbody=release)], node)
+        loop = make(cst.For, target=name(item), iter=source, body=block([bind, *new_body]), orelse=orelse)
+        return self.guard(lo, hi, [setup, make(cst.Try, body=block([loop]), finalbody=release)], node)
 
     def try_(self, node: cst.Try) -> cst.If:
         lo, hi = self.span([node])
@@ -333,7 +338,7 @@ class Lowerer:
         h_hi = self.label
         if h_hi >= h_lo or body_labels:
             handlers = self.resume_matching(node.handlers, handlers, h_lo)
-        orelse = cst.Else(body=block(self.skippable(list(node.orelse.body.body)))) if node.orelse else None
+        orelse = make(cst.Else, body=block(self.skippable(list(node.orelse.body.body)))) if node.orelse else None
         if fin_labels:
             self.stack.pop()
         f_lo = self.label + 1
@@ -378,17 +383,18 @@ class Lowerer:
             if_stmt(expr(f"{T} and {{rng}}", rng=in_range(f_lo, f_hi)), self.dispatch(pend, ctx, frame.crossing))
         ]
         if handlers or orelse:
-            outer_body.append(cst.Try(body=block(inner_body), handlers=handlers, orelse=orelse))
+            outer_body.append(make(cst.Try, body=block(inner_body), handlers=handlers, orelse=orelse))
         else:
             outer_body += inner_body
-        record = cst.ExceptHandler(
+        record = make(
+            cst.ExceptHandler,
             type=expr("_bc_rt.BaseException"),
-            name=cst.AsName(name=name("_bc_x")),
+            name=make(cst.AsName, name=name("_bc_x")),
             body=block(
                 [
                     if_stmt(
                         expr(f"{T} and {{rng}}", rng=in_range(f_lo, f_hi)),
-                        [assign(cst.Attribute(value=name("_bc_x"), attr=name("__context__")), name(ctx))],
+                        [assign(make(cst.Attribute, value=name("_bc_x"), attr=name("__context__")), name(ctx))],
                     ),
                     assign(pend, name("_bc_x")),
                     simple(cst.Raise()),
@@ -399,8 +405,11 @@ class Lowerer:
         # frame (and every live variable in it) in a cycle until the collector ran (CPython's own `except ... as`
         # deletes its name for the same reason)
         let_go = assign(pend, name("None"))
-        outer = cst.Try(
-            body=block(outer_body), handlers=[record], finalbody=cst.Finally(body=block([*new_final, let_go]))
+        outer = make(
+            cst.Try,
+            body=block(outer_body),
+            handlers=[record],
+            finalbody=make(cst.Finally, body=block([*new_final, let_go])),
         )
         # nothing is pending unless we resume into the finally itself
         init = if_stmt(expr("not ({rng})", rng=in_range(f_lo, f_hi)), [assign(pend, name("None"))])
@@ -428,7 +437,7 @@ class Lowerer:
         if not count_yields(statements):
             return handler.with_changes(body=block(self.plain(statements)))
         prefix: list[cst.BaseStatement] = []
-        resumed = [assign(cst.Attribute(value=name(exc), attr=name("__context__")), name(ctx))]
+        resumed = [assign(make(cst.Attribute, value=name(exc), attr=name("__context__")), name(ctx))]
         if handler.name is not None:
             variable = handler.name.name.value
             prefix.append(assign(exc, handler.name.name))
@@ -438,7 +447,7 @@ class Lowerer:
         else:  # a bare `except:` is `except BaseException:`, which can bind a name
             caught = handler.type if handler.type is not None else expr("_bc_rt.BaseException")
             new = handler.with_changes(
-                type=caught, name=cst.AsName(name=name(exc)), whitespace_after_except=cst.SimpleWhitespace(" ")
+                type=caught, name=make(cst.AsName, name=name(exc)), whitespace_after_except=cst.SimpleWhitespace(" ")
             )
         prefix.append(if_stmt(name(T), resumed))
         return new.with_changes(body=block([*prefix, *self.block(statements)]))
@@ -487,7 +496,7 @@ class Lowerer:
             branches.append((test, self.any_block(statements)))
         chain: cst.If | None = None
         for test, body in reversed(branches):
-            chain = cst.If(test=test, body=block(body), orelse=chain)
+            chain = make(cst.If, test=test, body=block(body), orelse=chain)
         setup = if_stmt(expr(f"not {T}"), [assign(case_var, expr("-1")), chooser])
         return self.guard(lo, hi, [setup, chain], node)
 
@@ -556,7 +565,7 @@ class Lowerer:
         if isinstance(node, cst.If):
             orelse = node.orelse
             if isinstance(orelse, cst.If):
-                orelse = cst.Else(body=block(self.plain_one(orelse)))
+                orelse = make(cst.Else, body=block(self.plain_one(orelse)))
             elif isinstance(orelse, cst.Else):
                 orelse = orelse.with_changes(body=block(self.plain(list(orelse.body.body))))
             return [node.with_changes(body=block(self.plain(list(node.body.body))), orelse=orelse)]
