@@ -56,29 +56,7 @@ from branchc.bridge.transport import KEEP_ALIVE
 
 warnings.simplefilter("ignore", MCPDeprecationWarning)
 
-TOOL = textwrap.dedent(
-    """
-    from pydantic import BaseModel
-
-    from branchc import Context, tool
-
-
-    class Params(BaseModel):
-        n: int
-
-
-    loop = tool("loop", params=Params, requires={"sampling"})
-
-
-    @loop.client
-    def client(handoff: dict, ctx: Context):
-        text = ""
-        for i in range(handoff["n"]):
-            reply = yield ctx.sample(prompt=f"step {i}", max_tokens=1)
-            text = reply.text
-        return {"last": text, "turns": len(ctx.messages) // 2}
-    """
-)
+from bench_rounds import TOOL  # noqa: E402  (the same looping tool, beside this script)
 
 BARE = textwrap.dedent(
     """

@@ -510,3 +510,13 @@ def key_problem(key: Any, fields: Callable[[Any], Iterable[Any]]) -> tuple[type,
         if issubclass(kind, BaseModel) or (dataclasses.is_dataclass(kind) and not issubclass(kind, enum.Enum)):
             stack.extend(fields(value))  # what its generated __hash__ and __eq__ read
     return None
+
+
+def written_tables(class_index: dict[str, int], shape_index: dict[tuple[str, ...], int]) -> dict[str, list]:
+    """A document's "classes" and "shapes" tables from the indexes an encoding built (each only when not empty)."""
+    tables: dict[str, list] = {}
+    if class_index:
+        tables["classes"] = list(class_index)
+    if shape_index:
+        tables["shapes"] = [list(names) for names in shape_index]
+    return tables

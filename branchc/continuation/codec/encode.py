@@ -48,6 +48,7 @@ from .common import (
     key_problem,
     plain_class,
     slot_members,
+    written_tables,
 )
 
 __all__ = ["BUILTIN_TYPES", "encode"]
@@ -268,12 +269,7 @@ class _Encoder:
 
     def tables(self) -> dict[str, list]:
         """The document's tables (each present only when not empty)."""
-        tables: dict[str, list] = {}
-        if self.class_index:
-            tables["classes"] = list(self.class_index)
-        if self.shape_index:
-            tables["shapes"] = [list(names) for names in self.shape_index]
-        return tables
+        return written_tables(self.class_index, self.shape_index)
 
     def finish(self) -> list:
         """Move every shared value's JSON to the table and leave a reference where it was first written."""

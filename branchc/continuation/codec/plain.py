@@ -10,7 +10,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import NotSerializableError, SnapshotDataError
-from .common import _BIG, _INLINE, _MODEL_FIELDS, _NEG_BIG, DEFAULT_LIMITS, DecodeLimits, _model_fields
+from .common import (
+    _BIG,
+    _INLINE,
+    _MODEL_FIELDS,
+    _NEG_BIG,
+    DEFAULT_LIMITS,
+    DecodeLimits,
+    _model_fields,
+    written_tables,
+)
 from .decode import _MODEL, _SCALARS, _tables, class_for
 from .encode import _ENCODERS, _class_ref, _encoder_for, _model, _tree
 
@@ -54,12 +63,7 @@ class PlainTables:
 
     def tables(self) -> dict[str, list]:
         """The tables as `encode` writes them (each present only when not empty)."""
-        tables: dict[str, list] = {}
-        if self.class_index:
-            tables["classes"] = list(self.class_index)
-        if self.shape_index:
-            tables["shapes"] = [list(names) for names in self.shape_index]
-        return tables
+        return written_tables(self.class_index, self.shape_index)
 
     @classmethod
     def read(cls, data: dict, resolve: Any, limits: DecodeLimits = DEFAULT_LIMITS) -> PlainTables | None:
