@@ -93,3 +93,17 @@ async def test_a_run_held_in_the_handshake_era_saves_its_history_as_flat_text(tm
     assert [len(history) for history in histories] == [0, 4, 8, 12]
     assert all(type(item) is str for history in histories for item in history), histories
     store.close()
+
+
+def test_the_mcp_form_of_a_message_is_made_once_and_the_forms_kept_are_bounded(monkeypatch):
+    from branchc.bridge import sampling
+
+    forms = sampling._TextForms()
+    monkeypatch.setattr(sampling, "_TEXT_FORMS", forms)
+    monkeypatch.setattr(sampling._TextForms, "MAX_CHARS", 10)
+    first = sampling._text("user", "hello")
+    assert sampling._text("user", "hello") is first  # the same history, resent at the next sample
+    assert sampling._text("assistant", "hello") is not first and first.content.text == "hello"
+    sampling._text("user", "a longer text")  # past the bound
+    sampling._text("user", "x")  # the forms were let go of before this one was kept
+    assert ("user", "hello") not in forms and forms.chars == 1
