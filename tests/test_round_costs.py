@@ -1,4 +1,5 @@
-"""What a round reads besides its run: the caps' counts (bridge/quotas.py), on a real SQLite store."""
+"""What a round reads and writes besides its run, on a real SQLite store: the caps' counts (bridge/quotas.py),
+the store calls of a round, the MCP forms of messages."""
 
 from __future__ import annotations
 
@@ -107,3 +108,60 @@ def test_the_mcp_form_of_a_message_is_made_once_and_the_forms_kept_are_bounded(m
     sampling._text("user", "a longer text")  # past the bound
     sampling._text("user", "x")  # the forms were let go of before this one was kept
     assert ("user", "hello") not in forms and forms.chars == 1
+
+
+@pytest.mark.anyio
+async def test_a_stored_round_is_two_store_calls_and_an_answer_of_the_wrong_kind_writes_nothing(tmp_path, monkeypatch):
+    """Each later round of a stored run is one store call that loads the record and claims the round, then
+    one that writes its outcome (the claim keeps two replicas from running one round; no third hop).
+    Answers of the wrong kind are refused before anything is written."""
+    import mcp.types as types
+    from mcp import Client
+
+    import branchc.bridge.durable as durable
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "loop_tool.py").write_text(TOOL)
+    tools = load_served_tools(tmp_path / "loop_tool.py")
+    store = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
+    calls: list[str] = []
+    made = durable.store_io
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(getattr(fn, "__name__", repr(fn)))
+        return await made(fn, *args, **kwargs)
+
+    monkeypatch.setattr(durable, "store_io", counted)
+    reply = types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+    async def sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return reply
+
+    async with Client(create_server(tools, keys=KEYS, store=store), mode="2026-07-28", sampling_callback=sampling) as c:
+        session = c.session
+        first = await session.call_tool("loop", {"n": 3}, allow_input_required=True)
+        (key,) = first.input_requests
+        calls.clear()
+        second = await session.call_tool(
+            "loop", {"n": 3}, input_responses={key: reply}, request_state=first.request_state, allow_input_required=True
+        )
+        assert isinstance(second, types.InputRequiredResult)
+        assert [name for name in calls if name != "gc"] == ["_load_and_claim", "write"]
+        (record,) = store.list()
+        assert record.status == "waiting" and record.meta.extra["round"] == 2
+        # an elicitation's answer to a sample: refused with nothing written (no claim to put back)
+        (key,) = second.input_requests
+        calls.clear()
+        refused = await session.call_tool(
+            "loop",
+            {"n": 3},
+            input_responses={key: types.ElicitResult(action="decline")},
+            request_state=second.request_state,
+            allow_input_required=True,
+        )
+        assert refused.is_error and "expected a sampling result" in refused.content[0].text
+        assert [name for name in calls if name != "gc"] == ["_load_and_claim"]
+        assert store.load(record.run_id) == record  # the same version, untouched
+    store.close()

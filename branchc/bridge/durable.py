@@ -315,6 +315,34 @@ def _restored(stored: Any) -> Any:
     return types.CallToolResult.model_validate(stored["value"])
 
 
+_LOST = object()  # _load_and_claim: another writer moved the record between its load and the claim
+
+
+def _claimable(record: RunRecord, number: int, tool: Tool, owner: str | None, responses: dict) -> bool:
+    """Whether round `number` of `record` can be claimed before its run is loaded: nothing `_continue` and
+    `_claim_and_run` check before claiming would refuse it (the run's answers are checked in full after)."""
+    meta, extra = record.meta, record.meta.extra
+    if record.status != "waiting" or extra.get("round") != number or extra.get("held"):
+        return False
+    if meta.era != ERA or record.owner != owner or record.tool != tool.name:
+        return False
+    if meta.code_hash and meta.code_hash != tool_code_hash(tool):
+        return False
+    kinds = {asked.get("key"): asked.get("kind") for asked in meta.pending}
+    if kinds.keys() != responses.keys():
+        return False
+    return all(
+        isinstance(responses[key], _ANSWER_TYPES["sample" if kind == "sample" else "elicit"])
+        for key, kind in kinds.items()
+    )
+
+
+_ANSWER_TYPES = {
+    "sample": (types.CreateMessageResult, types.CreateMessageResultWithTools),
+    "elicit": (types.ElicitResult,),
+}
+
+
 def _ref(run_id: str, number: int, version: int) -> str:
     """The request_state of round `number` of the run, whose record waits for it at `version`."""
     return REF_PREFIX + json.dumps({"run": run_id, "round": number, "v": version}, separators=(",", ":"))
@@ -458,8 +486,14 @@ class DurableRounds:
         digest = answers_digest(responses)
         deadline = time.monotonic() + self.wait_for_round
         delay = 0.02
+        owner = current_principal()
         while True:
-            record = await self._io(self.store.load, run_id, min_version=version)
+            # the round's usual case, one hop: the record loaded and, when its answers fit, claimed at once
+            record, claimed = await self._io(
+                self._load_and_claim, run_id, version, number, digest, tool, owner, responses
+            )
+            if claimed is _LOST:
+                continue  # another replica claimed it first: see what it did
             if record is None or record.meta.era != ERA or record.owner != current_principal():
                 # another principal's run is unknown to this one (the SDK's principal binding refuses its
                 # request_state first; this holds even for a state sealed for it that names another's run)
@@ -478,7 +512,7 @@ class DurableRounds:
                     f"{extra['held'].get('host')}); it goes on there"
                 )
             if record.status == "waiting" and extra.get("round") == number:
-                outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
+                outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest, claimed)
                 if outcome is not None:
                     return outcome
                 continue  # another replica claimed it first: see what it did
@@ -526,6 +560,40 @@ class DurableRounds:
                 f"request_state cannot continue or fork a run: continue from the latest request_state"
             )
 
+    def _load_and_claim(
+        self, run_id: str, version: int, number: int, digest: str, tool: Tool, owner: str | None, responses: dict
+    ) -> tuple[RunRecord | None, RunRecord | object | None]:
+        """On a store thread: the record at `version` or later, and its claim for round `number` when nothing
+        about the round needs a closer look (it waits for this round of this caller's run of this code, and the
+        answers name what it asked, each of its kind); else no claim (None), or _LOST when another writer moved
+        the record first. Anything unusual is left to `_continue`, which says what is wrong."""
+        record = self.store.load(run_id, min_version=version)
+        if record is None or not _claimable(record, number, tool, owner, responses):
+            return record, None
+        try:
+            return record, self._claim(record, number, digest)
+        except (StaleRunError, RunNotFoundError):
+            return record, _LOST
+
+    def _claim(self, record: RunRecord, number: int, digest: str) -> RunRecord:
+        claim = {**holder(), "round": number, "digest": digest, "at": time.time()}
+        meta = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": claim})
+        # the claim keeps the record a lease past its expiry, so it does not expire mid-round (expiry.py)
+        expires = max(record.expires, time.time() + self.lease)
+        return self.store.checkpoint(record.run_id, record.version, status="running", meta=meta, expires=expires)
+
+    async def _put_back(self, record: RunRecord, claimed: RunRecord) -> None:
+        """A claimed round that did not run (refused, or interrupted before its outcome was written): the run
+        waits for it again, as it was."""
+        with anyio.CancelScope(shield=True):
+            back = {"status": "waiting", "meta": record.meta, "expires": record.expires}
+            try:
+                await self._io(self.store.checkpoint, record.run_id, claimed.version, **back)
+            except StoreUnavailableError:
+                self._write_later(record.run_id, claimed.version, back)
+            except StoreError:
+                pass
+
     def _asked_again(self, ctx: ServerRequestContext, record: RunRecord, number: int) -> Any:
         """The response of answered round `number`, which asked for round `number` + 1: its requests again,
         from the saved run that waits for them (a round's reply is not stored: it holds the whole history)."""
@@ -551,10 +619,11 @@ class DurableRounds:
         number: int,
         responses: dict,
         digest: str,
+        claimed: RunRecord | None = None,
     ) -> Any:
-        """Check the answers, claim round `number` (None: another writer moved the record first), run it, and
-        write its outcome. The run is the live machine this server kept when it saved `record` (warm.py), when
-        the record still holds just what it saved, else it is loaded from the record."""
+        """Check the answers, claim round `number` (None: another writer moved the record first) unless it is
+        `claimed` already, run it, and write its outcome. The run is the live machine this server kept when it
+        saved `record` (warm.py), when the record still holds just what it saved, else it is loaded from it."""
         check_code(record.run_id, record.meta, tool)
         warm = bridge_warm(bridge)
         saved_as: tuple[Any, Any] = ((record.run_id, record.version), record)
@@ -568,27 +637,26 @@ class DurableRounds:
         try:
             handoff, machine = live if live is not None else load_run(record.saved)
         except RunStateError as error:
+            if claimed is not None:
+                await self._put_back(record, claimed)
             raise RunStateError(f"stored run {record.run_id!r} cannot be continued: {error}") from None
         try:
             check_answered(machine, responses.keys(), "input_responses")
             answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
-        except BaseException:  # refused answers: nothing written, the round can be sent again
+        except BaseException:  # refused answers: nothing of the round ran, it can be sent again
             if live is not None:
                 warm.keep(saved_as[0], handoff, machine, record)
             else:
                 machine.release()
+            if claimed is not None:
+                await self._put_back(record, claimed)
             raise
-        try:
-            with released_unless_fed(machine):
-                claim = {**holder(), "round": number, "digest": digest, "at": time.time()}
-                meta = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": claim})
-                # the claim keeps the record a lease past its expiry, so it does not expire mid-round (expiry.py)
-                expires = max(record.expires, time.time() + self.lease)
-                claimed = await self._io(
-                    self.store.checkpoint, record.run_id, record.version, status="running", meta=meta, expires=expires
-                )
-        except (StaleRunError, RunNotFoundError):
-            return None
+        if claimed is None:
+            try:
+                with released_unless_fed(machine):
+                    claimed = await self._io(self._claim, record, number, digest)
+            except (StaleRunError, RunNotFoundError):
+                return None
         saved = deferred = False
 
         async def ready() -> tuple[Any, Machine]:
@@ -649,15 +717,7 @@ class DurableRounds:
             finished = machine.done
         finally:
             if not saved and not finished and not deferred:
-                with anyio.CancelScope(shield=True):
-                    # interrupted before its outcome was written: the run waits for this round again
-                    back = {"status": "waiting", "meta": record.meta, "expires": record.expires}
-                    try:
-                        await self._io(self.store.checkpoint, record.run_id, claimed.version, **back)
-                    except StoreUnavailableError:
-                        self._write_later(record.run_id, claimed.version, back)
-                    except StoreError:
-                        pass
+                await self._put_back(record, claimed)  # interrupted before its outcome was written
         if saved:
             return outcome
         status = "failed" if outcome.is_error else "done"
