@@ -21,7 +21,6 @@ a handle expects. Any failure is a StoreDataError naming the run.
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 import threading
 import time
@@ -116,9 +115,26 @@ _TEXT: dict[type, Callable[[Any], bytes]] = {
 def _aad(label: bytes, values: Any) -> bytes:
     """Associated data: `label`, then each value's length (-1 for None) and its canonical text (numbers as
     their shortest text, so a number read back from a backend as text binds the same)."""
-    texts = [b"" if value is None else _TEXT[type(value)](value) for value in values]
-    lengths = [-1 if value is None else len(text) for value, text in zip(values, texts, strict=True)]
+    texts = []
+    lengths = []
+    for value in values:  # one loop: this runs for every record opened or sealed
+        if value is None:
+            lengths.append(-1)
+            continue
+        text = value if type(value) is bytes else _TEXT[type(value)](value)
+        texts.append(text)
+        lengths.append(len(text))
     return label + struct.pack(f">{len(lengths)}i", *lengths) + b"".join(texts)
+
+
+def _copy(obj: Any, **changes: Any) -> Any:
+    """`dataclasses.replace` for these frozen dataclasses (no __post_init__, no slots), without running
+    __init__ field by field: it runs several times for every record a store opens or writes."""
+    new = object.__new__(type(obj))
+    state = new.__dict__
+    state.update(obj.__dict__)
+    state.update(changes)
+    return new
 
 
 def _ref(body: bytes) -> bytes:
@@ -251,7 +267,7 @@ def open_body(keys: KeyRing, head: Head, body: Any) -> tuple[str, Head]:
         raise _bad_seal(s.run_id, "saved run") from None
     if len(saved) != s.size:
         raise _bad_seal(s.run_id, "saved run")
-    return saved.decode(), dataclasses.replace(head, sealed=dataclasses.replace(s, body=body))
+    return saved.decode(), _copy(head, sealed=_copy(s, body=body))
 
 
 def open_record(
@@ -259,11 +275,10 @@ def open_record(
 ) -> RunRecord:
     """The whole record a backend read, checked (see the module's doc); its head kept in `cache`."""
     head = open_head(keys, run_id, raw, min_version=min_version)
-    saved, head = open_body(keys, head, raw.get("body"))
-    record = head.record(saved)
+    saved, _ = open_body(keys, head, raw.get("body"))
     if cache is not None:
-        cache.put(head)
-    return record
+        cache.put(head)  # without its body
+    return head.record(saved)
 
 
 class Heads:
@@ -282,7 +297,7 @@ class Heads:
 
     def put(self, head: Head) -> None:
         if head.sealed.body:
-            head = dataclasses.replace(head, sealed=dataclasses.replace(head.sealed, body=b""))  # not kept
+            head = _copy(head, sealed=_copy(head.sealed, body=b""))  # not kept
         with self._lock:
             self._heads.pop(head.sealed.run_id, None)
             self._heads[head.sealed.run_id] = head
