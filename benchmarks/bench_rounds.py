@@ -7,6 +7,10 @@ answers sent back with the last `request_state`). Three servers serve it:
 - **replay** (the baseline): a hand-written handler on the bare SDK that keeps its answers in
   `request_state` and re-runs the loop from the start each round, feeding them back (the approach of
   the SDK's resolvers and of replay engines; the resolvers themselves cannot express an N-round loop);
+- **replay, sealed** (context): the same handler with its `request_state` sealed by the SDK's
+  `RequestStateBoundary`, as `MCPServer` does by default and as branchc's always is; the ratios are
+  to the unsealed one, the issue's baseline (a replaying handler may leave its state unsealed: it
+  holds only what the client answered);
 - **branchc**: the compiled tool under branchc's bridge with no store: `request_state` is the whole
   saved run, sealed;
 - **branchc + SQLite**: the same with the default store, a SQLite file: `request_state` is a short run
@@ -107,14 +111,23 @@ REPLAY = textwrap.dedent(
         )
 
 
-    def replaying_server():
-        return Server("replay", on_list_tools=list_tools, on_call_tool=call_tool)
+    def replaying_server(sealed_with=None):
+        server = Server("replay", on_list_tools=list_tools, on_call_tool=call_tool)
+        if sealed_with is not None:  # as MCPServer does by default: request_state sealed, bound, expiring
+            from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+
+            security = RequestStateSecurity(keys=[sealed_with])
+            server.middleware.append(RequestStateBoundary(security, default_audience="replay"))
+        return server
 
 
     async def main():
+        import os
+        import sys
+
         from mcp.server.stdio import stdio_server
 
-        server = replaying_server()
+        server = replaying_server(os.environ["BRANCHC_STATE_KEY"] if "--sealed" in sys.argv else None)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
@@ -125,7 +138,7 @@ REPLAY = textwrap.dedent(
 )
 
 STATE_KEY = "k" * 40
-SERVERS = ("replay", "branchc", "branchc+sqlite", "branchc, cold")
+SERVERS = ("replay", "replay, sealed", "branchc", "branchc+sqlite", "branchc, cold")
 
 
 async def answer(ctx: Any, params: Any) -> types.CreateMessageResult:
@@ -178,6 +191,7 @@ def in_process(folder: Path) -> dict[str, Callable[[], Any]]:
 
     return {
         "replay": replaying_server,
+        "replay, sealed": lambda: replaying_server(STATE_KEY),
         "branchc": lambda: create_server(tools, keys=keys),
         "branchc+sqlite": with_store,
         "branchc, cold": cold,
@@ -219,6 +233,7 @@ def over_stdio(folder: Path) -> dict[str, Callable[[], Any]]:
 
     return {
         "replay": lambda: target([sys.executable, str(folder / "replay.py")]),
+        "replay, sealed": lambda: target([sys.executable, str(folder / "replay.py"), "--sealed"]),
         "branchc": lambda: target([*serve, "--store", "none"]),
         "branchc+sqlite": with_store,
         "branchc, cold": lambda: target([sys.executable, "-c", COLD_SERVE, *serve[3:], "--store", "none"]),
