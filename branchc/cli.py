@@ -1,4 +1,9 @@
-"""The `branchc` command line."""
+"""The `branchc` command line.
+
+Each command imports what it needs when it runs: `branchc compile` on a build where nothing changed
+loads neither the runtime nor the compiler, and `serve`'s options are made only when it is asked for
+(`_Commands`).
+"""
 
 from __future__ import annotations
 
@@ -12,30 +17,34 @@ import typing
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import anyio
 import typer
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .continuation.errors import NotSerializableError
-from .runtime import Limits, run_tool
-from .runtime.client import ElicitAnswer
-from .runtime.compiled import load_compiled_tool
-from .runtime.console import ConsoleClient
-from .runtime.errors import BranchcError, ToolPhaseError, format_validation_errors
-from .runtime.inputs import InputError, parse_json, parse_yaml, read_text
-from .runtime.loader import load_tool
-from .runtime.messages import SampleResult
-from .runtime.runstate import RunStateError
-from .runtime.testing import MockClient
-from .viz import TimelinePrinter
-from .viz.trace import TraceRecorder
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .runtime.errors import ToolPhaseError
+    from .runtime.testing import MockClient
+    from .viz.trace import TraceRecorder
+
+
+class _Commands(typer.core.TyperGroup):
+    """The command group, with `serve` given its options when it is asked for: they are the fields of
+    the serve settings, and reading those loads pydantic-settings, which no other command needs."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name == "serve" and not _SERVE_OPTIONS:
+            self.commands["serve"] = _serve_command()
+        return super().get_command(ctx, cmd_name)
+
 
 app = typer.Typer(
+    cls=_Commands,
     help="Compile, run and serve interactive MCP tools written as Python generators.",
     no_args_is_help=True,
     add_completion=False,
@@ -63,17 +72,24 @@ def _main(
     """branchc: interactive MCP tools as portable, resumable generators."""
 
 
-class _Responses(BaseModel):
-    """The scripted answers file of `branchc run --responses`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sample: list[str | SampleResult] = []
-    elicit: list[ElicitAnswer] = []
-
-
 def _load_responses(path: Path) -> MockClient:
     """The scripted answers, read within the input limits (runtime/inputs.py): no anchors or aliases."""
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    from .runtime.client import ElicitAnswer
+    from .runtime.errors import format_validation_errors
+    from .runtime.inputs import InputError, parse_yaml, read_text
+    from .runtime.messages import SampleResult
+    from .runtime.testing import MockClient
+
+    class _Responses(BaseModel):
+        """The scripted answers file of `branchc run --responses`."""
+
+        model_config = ConfigDict(extra="forbid")
+
+        sample: list[str | SampleResult] = []
+        elicit: list[ElicitAnswer] = []
+
     try:
         data = parse_yaml(read_text(path), str(path)) or {}
     except InputError as error:
@@ -91,6 +107,8 @@ def _load_responses(path: Path) -> MockClient:
 
 def _parse_params(text: str) -> Any:
     """The tool's arguments, read within the input limits (runtime/inputs.py)."""
+    from .runtime.inputs import InputError, parse_json
+
     try:
         return parse_json(text, "--params")
     except InputError as error:
@@ -145,6 +163,18 @@ def run(
     continued from it, so what cannot travel between rounds fails here too (--in-memory: not so).
     The timeline goes to stderr, the result (JSON) to stdout.
     """
+    import anyio
+
+    from .continuation.errors import NotSerializableError
+    from .runtime import Limits, run_tool
+    from .runtime.compiled import load_compiled_tool
+    from .runtime.console import ConsoleClient
+    from .runtime.errors import BranchcError, ToolPhaseError
+    from .runtime.loader import load_tool
+    from .runtime.runstate import RunStateError
+    from .viz import TimelinePrinter
+    from .viz.trace import TraceRecorder
+
     recorder: TraceRecorder | None = None
     try:
         if trace is not None and not trace.resolve().parent.is_dir():
@@ -257,6 +287,7 @@ def _load_diagnostics(sources: list[Path]) -> list[Any]:
     may have the same names); what they imported from elsewhere (the standard library, third-party
     packages, C extensions) stays imported, as it would in a server."""
     from .bridge.loading import served_tools
+    from .runtime.errors import BranchcError
     from .splitter.diagnostics import Diagnostic
 
     found: list[Any] = []
@@ -471,6 +502,8 @@ def _settings_options(model: type[BaseModel], panels: dict[str, str]) -> list[in
     """One option per field of `model` (`--state-ttl` for `state_ttl`), its docstring as help, None unless
     given: what a user did not give comes from the environment (`BRANCHC_STATE_TTL`) or the default, as the
     settings read it."""
+    from pydantic import SecretStr
+
     options = []
     for name, field in model.model_fields.items():
         kind = field.annotation
@@ -499,6 +532,7 @@ def _serve(path: Path, **given: Any) -> None:
     Every option is also an environment variable (`BRANCHC_STATE_KEY` for --state-key)."""
     from .bridge.serving import serve
     from .bridge.settings import ServeSettings
+    from .runtime.errors import BranchcError
 
     try:
         serve(path, ServeSettings.load(**{name: value for name, value in given.items() if value is not None}))
@@ -507,21 +541,33 @@ def _serve(path: Path, **given: Any) -> None:
         raise typer.Exit(1) from None
 
 
-def _register_serve() -> None:
-    from .bridge.settings import PANELS, ServeSettings
+_SERVE_PATH = inspect.Parameter(
+    "path",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    annotation=Annotated[Path, typer.Argument(help="Tool sources and workflows (a file or a folder), or a build.")],
+)
+_SERVE_OPTIONS: list[inspect.Parameter] = []  # one per serve setting, made by the first `_serve_command`
 
-    path = inspect.Parameter(
-        "path",
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        annotation=Annotated[Path, typer.Argument(help="Tool sources and workflows (a file or a folder), or a build.")],
-    )
-    parameters = [path, *_settings_options(ServeSettings, PANELS)]
+
+def _serve_takes(parameters: list[inspect.Parameter]) -> None:
     _serve.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     _serve.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
-    app.command(name="serve")(_serve)
 
 
-_register_serve()
+def _serve_command() -> Any:
+    """The `serve` command with all its options, for `_Commands`."""
+    from .bridge.settings import PANELS, ServeSettings
+
+    _SERVE_OPTIONS[:] = _settings_options(ServeSettings, PANELS)
+    _serve_takes([_SERVE_PATH, *_SERVE_OPTIONS])
+    return typer.main.get_command_from_info(
+        _SERVE, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+    )
+
+
+_serve_takes([_SERVE_PATH])  # in its place among the commands; the options come when it is asked for
+app.command(name="serve")(_serve)
+_SERVE = app.registered_commands[-1]
 
 
 # -- branchc runs: the runs a store holds (bridge/runs.py) ---------------------------------------------------
@@ -572,6 +618,7 @@ def _runs_store(url: str | None, state_key: str | None = None) -> Iterator[Any]:
     and exit 1."""
     from .bridge.durable import state_dir
     from .bridge.runs import open_runs_store
+    from .runtime.errors import BranchcError
     from .store.keys import state_keys
 
     store = None
@@ -723,8 +770,12 @@ def runs_resume(
     answered from a responses file; then after() runs and the result (JSON) goes to stdout. The run is written
     down at each suspension, so a resume that is killed can be resumed again. Needs the tools it was served
     with (--tools: the same sources or build)."""
+    import anyio
+
     from .bridge.results import describe_failure
     from .bridge.runs import load_tools, resume_run
+    from .runtime.console import ConsoleClient
+    from .viz import TimelinePrinter
 
     with _runs_store(store_url, state_key) as store:
         if interactive == (responses is not None):

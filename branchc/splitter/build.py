@@ -24,15 +24,12 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -42,7 +39,9 @@ from .. import __version__
 from .diagnostics import Diagnostic
 from .version import COMPILER_VERSION
 
-if TYPE_CHECKING:  # the compiler (and LibCST) is loaded only when a file needs compiling
+if TYPE_CHECKING:  # the compiler (and LibCST) and process pools are loaded only when a file needs compiling
+    from concurrent.futures import Executor
+
     from .compiler import Compiled, CompiledModule
 
 __all__ = [
@@ -206,6 +205,8 @@ def build_workers(files: int) -> int:
 
 
 def _can_fork() -> bool:
+    import multiprocessing
+
     return "fork" in multiprocessing.get_all_start_methods()
 
 
@@ -219,8 +220,12 @@ def _workers(files: int) -> Iterator[Executor | None]:
     # Workers are forked, so they start with the compiler imported and need nothing from
     # __main__ (spawn would run it again). Only the compiler runs in them; the CLI's progress
     # bar refreshes without a thread of its own, so no other thread's lock is copied held.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     from . import compiler  # noqa: F401  (loaded before the fork, once for every worker)
 
+    _load_branchc()  # and what the modules they read the tools of import
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         yield pool
 
@@ -269,7 +274,7 @@ def build(
     sources = [Path(source) for source in sources]
     files = find_sources(sources, skip=[out])
     for source in files:
-        if os.path.realpath(out / source.relative) == os.path.realpath(source.path):
+        if _same_file(out / source.relative, source.path):
             raise BuildError(f"{source.path}: compiling into {out} would write over this source; give another folder")
     _claim(out)
     previous_manifest = _manifest_of(out)
@@ -400,6 +405,15 @@ def _naming(changed: set[str], texts: dict[str, str]) -> set[str]:
     return found - changed
 
 
+def _same_file(path: Path, other: Path) -> bool:
+    """Whether writing `path` would write `other` (a link to it, or the file itself): by its identity,
+    a stat each, where comparing their real paths looks at every folder on the way."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:  # `path` is not there yet
+        return False
+
+
 def _claim(out: Path) -> None:
     """Refuse `out` unless the compiler may write there: a new or empty folder, or a build (it holds
     a manifest). Nothing is written when it is refused."""
@@ -514,6 +528,10 @@ def _describe_all(root: str, names: list[str], pool: Executor | None, workers: i
         return []
     if pool is None and (not _can_fork() or threading.active_count() > 1):
         return _describe_elsewhere(root, names)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         if pool is None:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as own:
@@ -527,7 +545,14 @@ def _describe_all(root: str, names: list[str], pool: Executor | None, workers: i
 
 
 def _describe_many(root: str, names: list[str]) -> list[Described]:
+    _load_branchc()
     return [_describe(root, name) for name in names]
+
+
+def _load_branchc() -> None:
+    """Load what a tool module imports from branchc (the package loads its names on first use): loaded
+    while one module was read, it would be forgotten with that module's own imports (`_describe`)."""
+    from .. import tool  # noqa: F401
 
 
 # the interpreter that reads the tools: sys.path as here, then the request
