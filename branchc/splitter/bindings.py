@@ -176,6 +176,14 @@ class _ValueKinds(ast.NodeVisitor):
 
     visit_Nonlocal = visit_Global  # type: ignore[assignment]
 
+    def visit(self, node: ast.AST) -> None:
+        """`NodeVisitor.visit`, with each class's method looked up once: this pass visits every node."""
+        kind = type(node)
+        method = _VISITS.get(kind)
+        if method is None:
+            method = _VISITS[kind] = getattr(_ValueKinds, f"visit_{kind.__name__}", _ValueKinds.generic_visit)
+        method(self, node)
+
     def generic_visit(self, node: ast.AST) -> None:
         # match patterns (MatchAs, MatchStar, MatchMapping.rest), type aliases, type parameters: their names
         for field in ("name", "rest"):
@@ -184,7 +192,17 @@ class _ValueKinds(ast.NodeVisitor):
                 node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.alias)
             ):
                 self.add(found, {ANY})
-        super().generic_visit(node)
+        for field in node._fields:  # NodeVisitor.generic_visit, without its generator
+            value = getattr(node, field, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
+
+_VISITS: dict[type, Callable[[_ValueKinds, ast.AST], None]] = {}
 
 
 def value_kinds(definition: ast.FunctionDef | ast.AsyncFunctionDef, is_global: Callable[[str], bool]) -> dict:

@@ -709,7 +709,7 @@ class _Splitter(cst.CSTTransformer):
             site["effect"] = effect_of(node)
             return site["label"]
 
-        compiled.graph = state_graph(definition, label_of)
+        compiled.graph = state_graph(definition, label_of, {line for line, _ in labels})
 
     def warn_unyielded(self, original: cst.FunctionDef, kind: str) -> None:
         """Report each effect the function makes and never yields (see unyielded.py)."""

@@ -240,8 +240,11 @@ def _is_node(kind: type) -> bool:
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The children of `node` that carry code, in document order (no whitespace or punctuation)."""
+    fields = _FIELDS.get(type(node))
+    if fields is None:
+        fields = _fields(type(node))
     out: list[cst.CSTNode] = []
-    for field in _FIELDS.get(type(node)) or _fields(type(node)):
+    for field in fields:
         value = getattr(node, field)
         kind = type(value)
         if kind is tuple or kind is list:
@@ -277,16 +280,19 @@ def _dispatched(node: cst.CSTNode, visitor: cst.CSTVisitor, methods: dict[type, 
     found = methods.get(kind)
     if found is None:
         owner = type(visitor)
-        found = methods[kind] = (
-            getattr(owner, f"visit_{kind.__name__}", None),
-            getattr(owner, f"leave_{kind.__name__}", None),
-        )
+        found = methods[kind] = (_method(owner, f"visit_{kind.__name__}"), _method(owner, f"leave_{kind.__name__}"))
     visit, leave = found
     if visit is None or visit(visitor, node) is not False:
         for child in children(node):
             _dispatched(child, visitor, methods)
     if leave is not None:
         leave(visitor, node)
+
+
+def _method(owner: type, name: str) -> Any:
+    """`owner`'s method `name`, or None for none or LibCST's stub for it (marked a no-op): not called."""
+    method = getattr(owner, name, None)
+    return None if getattr(method, "_is_no_op", False) else method
 
 
 #: yields per node, for the nodes of the module being compiled (cleared by `reset_counts`)

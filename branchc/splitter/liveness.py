@@ -365,6 +365,29 @@ def _names_of_target(target: cst.BaseExpression) -> set[str]:
     return names.defs
 
 
+def _postorder(succ: dict[int, dict[int, bool]]) -> list[int]:
+    """Every node after all it leads to (but around loops): the order that settles a backward
+    analysis in about one visit a node."""
+    order: list[int] = []
+    seen: set[int] = set()
+    for root in succ:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(succ[root]))]
+        while stack:
+            node, following = stack[-1]
+            for after in following:
+                if after not in seen:
+                    seen.add(after)
+                    stack.append((after, iter(succ[after])))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
 def live_variables(
     statements: list[cst.BaseStatement], labelled: dict[cst.CSTNode, tuple[int, str | None]]
 ) -> tuple[dict[int, set[str]], set[str]]:
@@ -383,15 +406,20 @@ def live_variables(
             (exceptional if raised else normal).update(live_in[following])
         return normal, exceptional
 
-    work = list(graph.nodes)
+    work = _postorder(succ)[::-1]  # successors first: a try's handlers are made before its body
+    waiting = set(work)
     while work:
         ident = work.pop()
+        waiting.discard(ident)
         info = graph.nodes[ident]
         normal, exceptional = outs(ident)
         new = info.uses | (normal - info.defs) | exceptional
         if new != live_in[ident]:
             live_in[ident] = new
-            work.extend(pred[ident])
+            for before in pred[ident]:
+                if before not in waiting:
+                    waiting.add(before)
+                    work.append(before)
 
     targets = {label: target for label, target in labelled.values()}
     result: dict[int, set[str]] = {}

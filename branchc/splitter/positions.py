@@ -79,6 +79,28 @@ def _defs(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     return found
 
 
+_AST_KINDS = frozenset(kind for kinds in _KINDS.values() for kind in kinds)
+
+
+def _by_kind(root: ast.AST) -> dict[type[ast.AST], list[ast.AST]]:
+    """The nodes under `root` of the kinds positions pair, by kind (in no order: `_pair` sorts them).
+    `ast.walk`, without its two generators per node."""
+    found: dict[type[ast.AST], list[ast.AST]] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in _AST_KINDS:
+            found.setdefault(kind, []).append(node)
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if type(value) is list:
+                stack += [item for item in value if isinstance(item, ast.AST)]
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+    return found
+
+
 class Positions:
     """`positions[node]` for the defs of the module, and for nodes inside the functions it compiles."""
 
@@ -131,9 +153,7 @@ class Positions:
                 collector = _Collect()
                 walk(function, collector)
                 found = collector.found
-            by_kind: dict[type[ast.AST], list[ast.AST]] = {}
-            for node in ast.walk(definition):
-                by_kind.setdefault(type(node), []).append(node)
+            by_kind = _by_kind(definition)
             for kind, nodes in found.items():
                 if kind is cst.FunctionDef:
                     continue

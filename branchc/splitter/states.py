@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 __all__ = ["EFFECTS", "StateGraph", "effect_of", "state_graph"]
@@ -50,8 +50,9 @@ class _Frame:
 class _Flow:
     """The control-flow graph of a function body: nodes carry lines, and labels for yields."""
 
-    def __init__(self, labels: Callable[[ast.AST], int | None]) -> None:
+    def __init__(self, labels: Callable[[ast.AST], int | None], lines: Collection[int]) -> None:
         self.label_of = labels
+        self.yield_lines = lines
         self.nodes: list[dict] = []  # lines, and a label (a yield) or a terminal ("return"/"raise")
         self.out: list[list[tuple[int, dict]]] = []  # node -> (successor, edge data)
         self.stack: list[_Frame] = []
@@ -101,7 +102,8 @@ class _Flow:
     def expression(self, parts: list[ast.AST], lines: range, preds: list[int]) -> list[int]:
         yields: list[tuple[int, ast.AST, bool]] = []
         for part in parts:
-            _yields(part, False, yields, self.label_of)
+            if self.may_yield(part):
+                _yields(part, False, yields, self.label_of)
         first = self.node(lines)
         self.link(preds, first)
         if not yields:
@@ -126,6 +128,15 @@ class _Flow:
             for suspend in labelled:
                 self.jump(suspend, RAISE, escape=False)
         return [last]
+
+    def may_yield(self, node: ast.AST) -> bool:
+        """Whether a labelled yield may lie in `node`: one starts on a line it spans (a def's or class's
+        decorators lie above it: those are always looked at)."""
+        start = getattr(node, "lineno", None)
+        if start is None or isinstance(node, _NESTED):
+            return True
+        end = node.end_lineno or start
+        return any(start <= line <= end for line in self.yield_lines)
 
     # -- statements ---------------------------------------------------------------------------
 
@@ -315,9 +326,12 @@ def _yields(node: ast.AST, optional: bool, found: list, label_of) -> None:
         _yields(child, optional, found, label_of)
 
 
-def state_graph(function: ast.FunctionDef, label_of: Callable[[ast.AST], int | None]) -> StateGraph:
-    """The states of `function` and the transitions between them; `label_of` names each yield's label."""
-    flow = _Flow(label_of)
+def state_graph(
+    function: ast.FunctionDef, label_of: Callable[[ast.AST], int | None], lines: Collection[int]
+) -> StateGraph:
+    """The states of `function` and the transitions between them; `label_of` names each yield's label,
+    and `lines` are where the labelled yields start (the expressions elsewhere are not searched)."""
+    flow = _Flow(label_of, lines)
     ends = flow.block(function.body, [flow.entry])
     for end in ends:
         flow.jump(end, RETURN)
