@@ -580,7 +580,11 @@ class DurableRounds:
         meta = dataclasses.replace(record.meta, extra={**record.meta.extra, "claim": claim})
         # the claim keeps the record a lease past its expiry, so it does not expire mid-round (expiry.py)
         expires = max(record.expires, time.time() + self.lease)
-        return self.store.checkpoint(record.run_id, record.version, status="running", meta=meta, expires=expires)
+        # the run as loaded, given again: the store writes on the head it just opened, without reading the
+        # record a second time (store/sealed.py, Heads), and only if it is still that very record
+        return self.store.checkpoint(
+            record.run_id, record.version, status="running", saved=record.saved, meta=meta, expires=expires
+        )
 
     async def _put_back(self, record: RunRecord, claimed: RunRecord) -> None:
         """A claimed round that did not run (refused, or interrupted before its outcome was written): the run
