@@ -80,10 +80,12 @@ class HeldRun:
 
     async def answering(self) -> None:
         """An answer arrived: this process still holds the run (a compare-and-swap that refreshes its expiry),
-        else RunTakenOverError, before the run moves on with it. Its meta is given as it stands (the record
-        written at this version has it), so the store need not parse it again at every answer."""
-        assert self.record is not None
-        self.record = await self._write(meta=self.record.meta, expires=time.time() + self.ttl)
+        else RunTakenOverError, before the run moves on with it. Its meta and saved run are given as they stand
+        (the record written at this version has them), so the store neither reads the record again nor parses
+        it at every answer: it writes on the head it wrote last, only if the record still has it."""
+        record = self.record
+        assert record is not None
+        self.record = await self._write(saved=record.saved, meta=record.meta, expires=time.time() + self.ttl)
 
     async def saved(self, saved: str, machine: Machine) -> None:
         """The run as it waits now, before its requests are asked."""
