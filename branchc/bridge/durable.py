@@ -648,9 +648,9 @@ class DurableRounds:
             check_answered(machine, responses.keys(), "input_responses")
             answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
         except BaseException:  # refused answers: nothing of the round ran, it can be sent again
-            if live is not None:
+            if live is not None and claimed is None:
                 warm.keep(saved_as[0], handoff, machine, record)
-            else:
+            else:  # (putting a claim back moves the record past the version the live copy would be kept at)
                 machine.release()
             if claimed is not None:
                 await self._put_back(record, claimed)
