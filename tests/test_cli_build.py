@@ -4,6 +4,7 @@ and a build folder as the compiler's own.)"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -80,4 +81,15 @@ def test_compiling_over_the_sources_themselves_is_refused(sources: Path) -> None
     assert done.returncode == 1
     assert "pick_card.py: compiling into . would write over this source; give another folder" in done.stderr
     assert "Traceback" not in done.stderr
+    assert (sources / "pick_card.py").read_text() == before
+
+
+def test_compiling_into_a_folder_that_holds_a_hard_link_to_a_source_is_refused(sources: Path) -> None:
+    """The check is by the file's identity, not its path: a hard link in the out folder is the source too."""
+    before = (sources / "pick_card.py").read_text()
+    (sources / "out").mkdir()
+    os.link(sources / "pick_card.py", sources / "out" / "pick_card.py")
+    done = branchc("compile", "pick_card.py", "-o", "out", cwd=sources)
+    assert done.returncode == 1
+    assert "pick_card.py: compiling into out would write over this source; give another folder" in done.stderr
     assert (sources / "pick_card.py").read_text() == before

@@ -165,3 +165,45 @@ async def test_a_stored_round_is_two_store_calls_and_an_answer_of_the_wrong_kind
         assert [name for name in calls if name != "gc"] == ["_load_and_claim"]
         assert store.load(record.run_id) == record  # the same version, untouched
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_claimed_round_whose_answers_the_run_refuses_is_put_back(tmp_path, monkeypatch):
+    """The claim is made from the record's summary of what was asked; when the run itself then refuses the
+    answers (here the record's summary was edited to name a request the run never asked), the claim is put
+    back: the run waits for the same round, unclaimed, and the error names what is wrong."""
+    import dataclasses
+
+    import mcp.types as types
+    from mcp import Client
+
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "loop_tool.py").write_text(TOOL)
+    tools = load_served_tools(tmp_path / "loop_tool.py")
+    store = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
+    reply = types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+    async def sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return reply
+
+    async with Client(create_server(tools, keys=KEYS, store=store), mode="2026-07-28", sampling_callback=sampling) as c:
+        first = await c.session.call_tool("loop", {"n": 3}, allow_input_required=True)
+        (record,) = store.list()
+        (asked,) = record.meta.pending
+        pending = ({**asked, "key": "sample-99"},)
+        store.checkpoint(record.run_id, record.version, meta=dataclasses.replace(record.meta, pending=pending))
+        refused = await c.session.call_tool(
+            "loop",
+            {"n": 3},
+            input_responses={"sample-99": reply},
+            request_state=first.request_state,
+            allow_input_required=True,
+        )
+    assert refused.is_error and "answers to requests that were not asked: sample-99" in refused.content[0].text
+    (after,) = store.list()
+    assert after.version == record.version + 3  # the edit, the claim, and the claim put back
+    assert after.status == "waiting" and after.meta.extra["round"] == 1 and "claim" not in after.meta.extra
+    store.close()
