@@ -25,9 +25,20 @@ def _started(pid: int) -> str:
     return ""
 
 
+_me: tuple[int, str] = (0, "")  # (pid, start time) of this process, read once per pid (a fork reads it again)
+
+
+def _own_start(pid: int) -> str:
+    global _me
+    if _me[0] != pid:
+        _me = (pid, _started(pid))
+    return _me[1]
+
+
 def holder() -> dict[str, Any]:
-    """This process, as a record names its holder."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": _started(os.getpid()), "at": time.time()}
+    """This process, as a record names its holder (at every claim of a round: its start time is read once)."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "started": _own_start(pid), "at": time.time()}
 
 
 def holder_alive(held: Any) -> bool | None:
@@ -38,7 +49,7 @@ def holder_alive(held: Any) -> bool | None:
         return None
     pid = held["pid"]
     if pid == os.getpid():
-        return held.get("started", "") == _started(pid)
+        return held.get("started", "") == _own_start(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
