@@ -934,5 +934,86 @@ def runs_rekey(store_url: StoreOption = None, as_json: JsonOption = False, state
         raise typer.Exit(1)
 
 
+@app.command()
+def compat(
+    old: Annotated[Path, typer.Argument(help="The build (or the sources) runs were saved by.")],
+    new: Annotated[Path | None, typer.Argument(help="The build or sources to deploy. With --against: omitted.")] = None,
+    against: Annotated[
+        str | None,
+        typer.Option("--against", metavar="GIT_REV", help="Compare OLD's sources at this git revision with OLD now."),
+    ] = None,
+    store_url: Annotated[
+        str | None,
+        typer.Option("--store", metavar="URL", help="Count the runs waiting at each point in this store."),
+    ] = None,
+    as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
+) -> None:
+    """Which waiting runs a new build can take: each suspension point of the old build is unchanged, compatible,
+    needs a migration, or removed. Exit 1 when a point would strand runs (with --store: a point where runs wait)."""
+    from rich.table import Table
+
+    from .splitter.build import BuildError
+    from .splitter.compat import STRANDING, compare
+    from .splitter.manifests import manifest_at, manifest_of
+
+    try:
+        if (new is None) == (against is None):
+            raise CliError("give OLD and NEW, or one source path and --against GIT_REV")
+        if against is not None:
+            before, after = manifest_at(old, against), manifest_of(old)
+        else:
+            before, after = manifest_of(old), manifest_of(new)
+    except (BuildError, CliError, OSError) as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    lines = compare(before, after)
+    if store_url is not None:
+        with _runs_store(store_url, state_key) as store:
+            lines = _count_waiting(lines, store.list(status="waiting", limit=10**9))
+    stranded = [line for line in lines if line.verdict in STRANDING and (store_url is None or (line.waiting or 0) > 0)]
+    if as_json:
+        _print_json({"points": [line.as_json() for line in lines], "stranded": len(stranded)})
+    else:
+        table = Table(title="suspension points, old build -> new", title_justify="left")
+        for column in ("tool", "function", "point", "verdict", *(["waiting"] if store_url else []), "detail"):
+            table.add_column(column, overflow="fold")
+        colours = {"unchanged": "dim", "compatible": "green", "needs a migration": "yellow", "removed": "red"}
+        for line in lines:
+            verdict = f"[{colours.get(line.verdict, 'cyan')}]{line.verdict}[/]"
+            waiting = [str(line.waiting or 0)] if store_url else []
+            table.add_row(
+                escape(line.tool or "-"), escape(f"{line.module}:{line.function}"), escape(line.point), verdict,
+                *waiting, escape(line.detail),
+            )  # fmt: skip
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
+    if stranded:
+        err.print(f"{len(stranded)} point(s) would strand runs: write a migration, or keep serving the old build")
+        raise typer.Exit(1)
+
+
+def _count_waiting(lines: list[Any], records: list[Any]) -> list[Any]:
+    """The report's lines with the runs waiting at each point (matched by tool, function and point)."""
+    import dataclasses
+
+    counts: dict[tuple[str, str, str], int] = {}
+    for record in records:
+        for wait in record.meta.waits:
+            key = (record.tool, wait.function, wait.point)
+            counts[key] = counts.get(key, 0) + 1
+    out = []
+    for line in lines:
+        if line.verdict == "added":
+            out.append(line)
+            continue
+        mine = sum(
+            n
+            for (tool, function, point), n in counts.items()
+            if function == line.function and point == line.point and line.tool in (None, tool)
+        )
+        out.append(dataclasses.replace(line, waiting=mine))
+    return out
+
+
 def main() -> None:
     app(prog_name="branchc")

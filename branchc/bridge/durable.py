@@ -57,6 +57,7 @@ from mcp.server import ServerRequestContext
 from pydantic import BaseModel
 
 from ..continuation.generator import suspended_at
+from ..continuation.registry import meta_of
 from ..runtime.machine import Machine
 from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
@@ -221,12 +222,14 @@ def _waits(machine: Machine) -> tuple[WaitPoint, ...]:
             continue  # waits on a child branch or a group: the child says where it waits
         where = suspended_at(branch.generator)
         code = getattr(branch.generator, "gi_code", None)
+        label = where.get("label")
         points.append(
             WaitPoint(
                 ident,
                 str(where.get("function", "")),
                 int(where.get("line", 0) or 0),
                 getattr(code, "co_filename", "") or "",
+                meta_of(code).points.get(label, "") if label else "",
             )
         )
     return tuple(points)

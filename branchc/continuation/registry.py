@@ -66,6 +66,7 @@ class FunctionMeta:
     #: the names of the exception classes it can hold}; see splitter/lower.py
     catches: dict[int, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
+    points: dict[int, str] = field(default_factory=dict)  # label -> the point's name (splitter/points.py)
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
     # The cells of its type parameters (`def f[T]`, or a generic class's): the definition's, never a run's
     type_cells: dict[str, types.CellType] = field(repr=False, default_factory=dict)
@@ -134,6 +135,7 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
         holds={name: frozenset(kinds) for name, kinds in info.get("holds", {}).items()},
         catches={label: _names(held) for label, held in info.get("catches", {}).items()},
         notes=info.get("notes", {}),
+        points=info.get("points", {}),
         globals=globals_,
     )
 

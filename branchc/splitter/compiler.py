@@ -27,6 +27,7 @@ from .diagnostics import CompileError, Diagnostic, Reporter
 from .liveness import live_variables
 from .lower import Lowerer
 from .normalize import Normalizer
+from .points import form_asked, point_names
 from .positions import KINDS_NEEDED, Positions
 from .states import StateGraph, effect_of, state_graph
 from .unyielded import may_have_unyielded, unyielded_effects
@@ -54,28 +55,34 @@ class CompiledFunction:
     catches: dict[int, dict[str, list[str]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     type_params: list[str] = field(default_factory=list)  # free names that are type parameters (PEP 695)
+    defaults: list[str] = field(default_factory=list)  # parameters with a default (points.py: new ones are compatible)
     graph: StateGraph | None = None
 
     def manifest(self) -> dict:
         """This function's entry in branchc.json: its states, where it suspends, what each
         suspension waits on and carries, and the transitions between states."""
         lines = self.graph.lines if self.graph else {}
+        holds = self.holds
         return {
             "qualname": self.qualname,
             "kind": self.kind,
             "line": self.line,
             "end_line": self.end_line,
             "hash": self.hash,
+            "defaults": self.defaults,
             "states": [
                 {"label": label, "lines": lines.get(label, [])} for label in [0, *(s["label"] for s in self.sites)]
             ],
             "suspensions": [
                 {
                     "label": site["label"],
+                    "point": site.get("point", f"label {site['label']}"),
+                    **({"asks": site["asks"]} if "asks" in site else {}),
                     "span": site["span"],
                     "delegates": site["delegates"],
                     "effect": site.get("effect", {"kind": "value", "targets": []}),
                     "live": self.live.get(site["label"], []),
+                    "kinds": {name: self.holds[name] for name in self.live.get(site["label"], ()) if name in holds},
                     "exceptions": self.catches.get(site["label"], {}),
                 }
                 for site in self.sites
@@ -489,6 +496,7 @@ def _meta_table(functions: list[CompiledFunction], classes: list[str]) -> dict:
                 "kind": f.kind,
                 "hash": f.hash,
                 "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
+                "points": {s["label"]: s["point"] for s in f.sites if "point" in s},
                 "locals": f.restorable,
                 "live": f.live,
                 "binds": f.binds,
@@ -710,6 +718,28 @@ class _Splitter(cst.CSTTransformer):
             return site["label"]
 
         compiled.graph = state_graph(definition, label_of, {line for line, _ in labels})
+        self.name_points(definition, compiled, labels)
+
+    def name_points(self, definition: ast.AST, compiled: CompiledFunction, labels: dict) -> None:
+        """Pass 6: each suspension's point, the name a waiting run is known by across builds (see points.py)."""
+        positions, reporter = self.reporter.positions, self.reporter
+
+        def label_of(node: ast.AST) -> int | None:
+            line, column = positions.start(node)
+            site = labels.get((line, column + 1))
+            if site is None:
+                return None
+            form = form_asked(node, positions.tree)
+            if form is not None:
+                site["asks"] = form
+            return site["label"]
+
+        names, problems = point_names(definition, self.lines, label_of)
+        for site in compiled.sites:
+            site["point"] = names.get(site["label"], f"label {site['label']}")
+        for node, message, hint in problems:
+            line, column = positions.start(node)
+            reporter.diagnostics.append(Diagnostic(reporter.path, line, column + 1, "error", message, hint))
 
     def warn_unyielded(self, original: cst.FunctionDef, kind: str) -> None:
         """Report each effect the function makes and never yields (see unyielded.py)."""
@@ -819,6 +849,8 @@ class _Splitter(cst.CSTTransformer):
         self.warn_unyielded(original, kind)
 
         params = _flat_params(node.params)
+        every = (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)
+        compiled.defaults = [p.name.value for p in every if p.default is not None]
         hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names
         hidden |= {f"_bc_{kind}{n}" for n in range(1, len(normalizer.withs) + 1) for kind in ("wm", "wx", "wf")}
         local_names, captured_names, free_names, type_names = self.locals.get(qualname, (set(), set(), set(), set()))

@@ -4,4 +4,4 @@ from __future__ import annotations
 
 __all__ = ["COMPILER_VERSION"]
 
-COMPILER_VERSION = "6"
+COMPILER_VERSION = "7"

@@ -120,12 +120,18 @@ class StaleRunError(StoreError):
 
 @dataclass(frozen=True)
 class WaitPoint:
-    """Where one branch of a run waits: its branch path, the function and its source line (and file)."""
+    """Where one branch of a run waits: its branch path, the function and its source line (and file), and the
+    suspension point's name, which stays the same across builds (splitter/points.py; "" when not known)."""
 
     branch: str
     function: str
     line: int
     file: str = ""
+    point: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        data = {"branch": self.branch, "function": self.function, "line": self.line, "file": self.file}
+        return {**data, "point": self.point} if self.point else data
 
 
 @dataclass(frozen=True)
@@ -153,7 +159,7 @@ class RunMeta:
             "era": self.era,
             "run_format": self.run_format,
             "code_hash": self.code_hash,
-            "waits": [{"branch": w.branch, "function": w.function, "line": w.line, "file": w.file} for w in self.waits],
+            "waits": [w.as_json() for w in self.waits],
             "pending": list(self.pending),
             "answers_digest": self.answers_digest,
             "response": self.response,
@@ -197,14 +203,15 @@ class RunMeta:
         for index, entry in enumerate(want("waits", data["waits"], (list,), "a list")):
             at = f"waits[{index}]"
             want(at, entry, (dict,), "an object")
-            if entry.keys() != {"branch", "function", "line", "file"}:
-                raise StoreDataError.bad_field(run_id, f"meta.{at}", "is not {branch, function, line, file}")
+            if entry.keys() - {"point"} != {"branch", "function", "line", "file"}:
+                raise StoreDataError.bad_field(run_id, f"meta.{at}", "is not {branch, function, line, file[, point]}")
             waits.append(
                 WaitPoint(
                     want(f"{at}.branch", entry["branch"], (str,), "a string"),
                     want(f"{at}.function", entry["function"], (str,), "a string"),
                     want(f"{at}.line", entry["line"], (int,), "an integer"),
                     want(f"{at}.file", entry["file"], (str,), "a string"),
+                    want(f"{at}.point", entry.get("point", ""), (str,), "a string"),
                 )
             )
         pending = want("pending", data["pending"], (list,), "a list")

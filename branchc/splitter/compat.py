@@ -1,0 +1,142 @@
+"""`branchc compat OLD NEW`: which waiting runs a new build can take, read from two manifests.
+
+A run waits at a suspension point (points.py), holding the variables live there. For each point of the
+old build the report gives one verdict:
+
+- unchanged: the function's code is the same;
+- compatible: the same point in changed code, carrying the same variables of the same kinds, or more,
+  each new one a parameter with a default;
+- needs a migration: the point is there, but what it carries changed (names or kinds), or, for an
+  elicitation, the form it asks (the schema class's source);
+- removed: no point of that name in the function, or no such function.
+
+Points only the new build has are listed as added. Variables the compiler makes are compared by their
+role, not their number: the iterator of the second loop around a point is `~it2` in both builds,
+whatever loops were added elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["VERDICTS", "Point", "compare", "points_of"]
+
+VERDICTS = ("unchanged", "compatible", "needs a migration", "removed", "added")
+#: verdicts that leave a run waiting at the point with no way on: the report's exit status counts them
+STRANDING = frozenset(("needs a migration", "removed"))
+
+_TEMP = re.compile(r"_bc_([a-z]+?)(\d+)$")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One line of the report."""
+
+    module: str
+    function: str
+    point: str
+    verdict: str
+    tool: str | None = None
+    label: int | None = None  # in the old build (the new one's for an added point)
+    new_label: int | None = None
+    detail: str = ""
+    waiting: int | None = None  # runs waiting there (with a store)
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value not in (None, "", {})}
+
+
+def points_of(manifest: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(module, qualname) -> the function's manifest entry, with `tool`: the tool whose client it is."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for module, entry in (manifest.get("modules") or {}).items():
+        clients = {tool.get("client"): tool.get("name") for tool in entry.get("tools", ())}
+        for function in entry.get("functions", ()):
+            out[(module, function["qualname"])] = {**function, "tool": clients.get(function["qualname"])}
+    return out
+
+
+def carried(suspension: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """What a run waiting at `suspension` holds: variable -> the kinds it can hold ("*": anything), with the
+    compiler's own variables named by role and rank (`_bc_it3`, the second iterator here, is `~it2`)."""
+    kinds = suspension.get("kinds", {})
+    temps: dict[str, list[tuple[int, str]]] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for name in suspension.get("live", ()):
+        match = _TEMP.match(name)
+        if match:
+            temps.setdefault(match.group(1), []).append((int(match.group(2)), name))
+        else:
+            out[name] = tuple(kinds.get(name, ("*",)))
+    for role, names in temps.items():
+        for rank, (_, name) in enumerate(sorted(names), 1):
+            out[f"~{role}{rank}"] = tuple(kinds.get(name, ("*",)))
+    return out
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Point]:
+    """The report's lines for two manifests (branchc.json), old build first."""
+    before, after = points_of(old), points_of(new)
+    lines: list[Point] = []
+    for key, function in before.items():
+        other = after.get(key)
+        theirs = {s["point"]: s for s in other["suspensions"]} if other else {}
+        for suspension in function["suspensions"]:
+            lines.append(_verdict(key, function, suspension, other, theirs.get(suspension["point"])))
+    for key, function in after.items():
+        ours = {s["point"] for s in before[key]["suspensions"]} if key in before else set()
+        for suspension in function["suspensions"]:
+            if suspension["point"] not in ours:
+                lines.append(
+                    Point(key[0], key[1], suspension["point"], "added", function["tool"], new_label=suspension["label"])
+                )
+    return lines
+
+
+def _verdict(
+    key: tuple[str, str],
+    function: dict[str, Any],
+    suspension: dict[str, Any],
+    other: dict[str, Any] | None,
+    theirs: dict[str, Any] | None,
+) -> Point:
+    module, qualname = key
+    base = {"module": module, "function": qualname, "point": suspension["point"], "tool": function["tool"]}
+    base["label"] = suspension["label"]
+    if other is None:
+        return Point(**base, verdict="removed", detail=f"the new build has no function {qualname} in {module}")
+    if theirs is None:
+        return Point(**base, verdict="removed", detail=f"{qualname} no longer suspends at {suspension['point']}")
+    base["new_label"] = theirs["label"]
+    if suspension.get("asks") != theirs.get("asks"):
+        detail = f"the form it asks changed ({suspension.get('asks')} -> {theirs.get('asks')})"
+        return Point(**base, verdict="needs a migration", detail=detail, changes={"form": True})
+    if other["hash"] == function["hash"]:
+        return Point(**base, verdict="unchanged")
+    was, now = carried(suspension), carried(theirs)
+    gone = sorted(set(was) - set(now))
+    new = sorted(set(now) - set(was))
+    retyped = sorted(name for name in set(was) & set(now) if not _fits(was[name], now[name]))
+    defaults = set(other.get("defaults", ()))
+    if not gone and not retyped and set(new) <= defaults:
+        detail = f"new, from their defaults: {', '.join(new)}" if new else ""
+        return Point(**base, verdict="compatible", detail=detail, changes={"defaults": new} if new else {})
+    parts = []
+    if gone:
+        parts.append(f"no longer carries {', '.join(gone)}")
+    if new:
+        parts.append(f"now carries {', '.join(new)}")
+    if retyped:
+        parts.append("; ".join(f"{name} was {'|'.join(was[name])}, is {'|'.join(now[name])}" for name in retyped))
+    changes = {"removed": gone, "added": new, "kinds": retyped}
+    return Point(**base, verdict="needs a migration", detail="; ".join(parts), changes=changes)
+
+
+def _fits(was: Iterable[str], now: Iterable[str]) -> bool:
+    """Whether every value the old code could leave in a variable is one the new code accepts there."""
+    now = set(now)
+    return "*" in now or set(was) <= now
