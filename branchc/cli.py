@@ -971,7 +971,11 @@ def compat(
     if store_url is not None:
         with _runs_store(store_url, state_key) as store:
             lines = _count_waiting(lines, store.list(status="waiting", limit=10**9))
-    stranded = [line for line in lines if line.verdict in STRANDING and (store_url is None or (line.waiting or 0) > 0)]
+    stranded = [
+        line
+        for line in lines
+        if line.verdict in STRANDING and line.migration is None and (store_url is None or (line.waiting or 0) > 0)
+    ]
     if as_json:
         _print_json({"points": [line.as_json() for line in lines], "stranded": len(stranded)})
     else:

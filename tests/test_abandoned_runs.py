@@ -218,8 +218,9 @@ def test_runs_gc_ends_the_run_of_a_killed_server_once_and_only_with_its_tools(ca
     assert shown["status"] == "expired" and "branchc runs gc" in shown["extra"]["expired"]["by"]
 
 
-def test_runs_gc_leaves_a_run_saved_by_other_code(cache, tmp_path):
-    """`--tools` naming other code than saved the run: the run is left, naming the build to give."""
+def test_runs_gc_leaves_a_run_other_code_cannot_take_and_ends_one_it_can(cache, tmp_path):
+    """`--tools` naming another build than saved the run: a run waiting where that build carries other variables is
+    left, naming the point; where the point is compatible, the run is ended on that build (its finally runs there)."""
     marker, log, store = tmp_path / "marker.txt", tmp_path / "serve.log", f"sqlite:///{tmp_path / 'runs.db'}"
     with serving(cache, log, "--store", store, "--state-ttl", "3") as (url, process):
         anyio.run(start_and_abandon, url, marker)
@@ -228,15 +229,18 @@ def test_runs_gc_leaves_a_run_saved_by_other_code(cache, tmp_path):
     run = the_run(cache, store)
     changed = tmp_path / "tools" / "cleanup_tools.py"
     changed.parent.mkdir()
-    changed.write_text(
-        TOOL_FILE.read_text().replace('mark(handoff["marker"], "client")', 'mark(handoff["marker"], "new")')
-    )
+    changed.write_text(TOOL_FILE.read_text().replace("answers", "collected"))  # carried across every yield
     time.sleep(max(0.0, run["expires"] - time.time()) + 0.2)
     data = ok_json(cache, "gc", "--store", store, "--tools", str(changed))
     assert data["ended"] == [] and [e["run_id"] for e in data["left"]] == [run["run_id"]]
-    assert "saved by another build" in data["left"][0]["reason"] and lines(marker) == []
-    data = ok_json(cache, "gc", "--store", store, "--tools", str(TOOL_FILE))
-    assert [e["run_id"] for e in data["ended"]] == [run["run_id"]] and lines(marker) == ["client"]
+    reason = data["left"][0]["reason"]
+    assert "waits at point 'try:body/for/if:then/sample:reply', saved by another build" in reason, reason
+    assert "no longer carries answers" in reason and lines(marker) == []
+    changed.write_text(
+        TOOL_FILE.read_text().replace('mark(handoff["marker"], "client")', 'mark(handoff["marker"], "new")')
+    )
+    data = ok_json(cache, "gc", "--store", store, "--tools", str(changed))
+    assert [e["run_id"] for e in data["ended"]] == [run["run_id"]] and lines(marker) == ["new"]
 
 
 def test_two_enders_racing_on_one_expired_run_end_it_once(cache, tmp_path, monkeypatch):

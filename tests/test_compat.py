@@ -329,3 +329,20 @@ def test_compat_with_a_store_counts_the_runs_waiting_at_each_point(folders) -> N
     assert done.returncode == 0, done.stderr  # the removed point has no run waiting at it
     waiting = {line["point"]: line.get("waiting", 0) for line in json.loads(done.stdout)["points"]}
     assert waiting["for/sample:reply"] == 1 and waiting["while/log"] == 0
+
+
+def test_a_point_with_a_migration_strands_nothing(folders) -> None:
+    folder, env = folders
+    renamed = dict((e[0], e[1]) for e in EDITS)["rename a local carried across yields"]
+    points = ["for/sample:reply", "if:then/branch:draft", "while/elicit:pick", "while/log", "try:body/sample:final"]
+    migration = "\n".join(f"@plan.migrate({point!r})" for point in points)
+    (folder / "new" / "plan_tool.py").write_text(
+        f'{renamed}\n\n{migration}\ndef notes_to_items(old):\n    old["items"] = old.pop("notes")\n    return old\n'
+    )
+    done = branchc("compat", "old", "new", "--json", cwd=folder, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    client = [line for line in report["points"] if line["function"] == "client"]
+    assert {line["verdict"] for line in client} == {"needs a migration"} and report["stranded"] == 0
+    assert all(line["migration"] == "notes_to_items" for line in client), client
+    assert "migrated by notes_to_items" in client[0]["detail"]

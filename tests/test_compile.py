@@ -130,7 +130,7 @@ def test_a_snapshot_resumes_in_a_fresh_process(tree: Path, tmp_path: Path) -> No
     assert second.stdout.split("\n")[:2] == ["15", "(17, [1, 2, 5])"]
 
 
-def test_a_snapshot_of_other_code_is_refused(tree: Path, tmp_path: Path) -> None:
+def test_a_snapshot_moves_to_a_compatible_build_and_is_refused_by_another(tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert branchc("compile", str(tree), "-o", str(out)).returncode == 0
     first = python(
@@ -140,16 +140,24 @@ def test_a_snapshot_of_other_code_is_refused(tree: Path, tmp_path: Path) -> None
         cwd=tmp_path,
     )
     (tmp_path / "snap.json").write_text(first.stdout)
+    resume = (
+        "import json\nfrom branchc import resume\n"
+        "g = resume(json.load(open('snap.json')), allowed_modules={'games.counter'})\n"
+        "print(g.send(2))\n"
+    )
+    # the same point, carrying the same variables: the snapshot goes on in the new code
     (tree / "games" / "counter.py").write_text(GAME.replace("total += helper(sent)", "total -= helper(sent)"))
     assert branchc("compile", str(tree), "-o", str(out)).returncode == 0
-    second = python(
-        "import json\nfrom branchc import resume\n"
-        "resume(json.load(open('snap.json')), allowed_modules={'games.counter'})\n",
-        path=out,
-        cwd=tmp_path,
-    )
+    moved = python(resume, path=out, cwd=tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.split() == ["-5"]
+    # what the point carries changed: refused, naming the point and the difference
+    (tree / "games" / "counter.py").write_text(GAME.replace("seen", "sent_values"))
+    assert branchc("compile", str(tree), "-o", str(out)).returncode == 0
+    second = python(resume, path=out, cwd=tmp_path)
     assert second.returncode == 1
-    assert "games.counter:counter: the snapshot was taken from different compiled code" in second.stderr
+    assert "counter waits at point 'for/value:sent', saved by another build" in second.stderr
+    assert "this build no longer carries seen" in second.stderr and "it carries sent_values" in second.stderr
 
 
 def test_tampered_snapshots_are_refused_without_importing_anything(tree: Path, tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ each test counts what ran.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from _bridge_support import KEY, KEYS, free_port, listening, within
+from _bridge_support import KEY, KEYS, as_if_another_build, free_port, listening, within
 from _redis_support import RedisServer, needs_redis
 from mcp import Client
 
@@ -213,7 +212,7 @@ async def test_other_answers_to_an_answered_round_and_an_old_state_are_refused(t
     ran_once(log, 4)
 
 
-async def test_the_record_says_where_the_run_waits_and_refuses_other_code(tools, db, tmp_path):
+async def test_the_record_says_where_the_run_waits_and_refuses_a_build_that_cannot_take_it(tools, db, tmp_path):
     log = tmp_path / "log.txt"
     arguments = args(3, log)
     store = open_store(db, KEYS)
@@ -231,11 +230,14 @@ async def test_the_record_says_where_the_run_waits_and_refuses_other_code(tools,
         source = TOOL_FILE.read_text().splitlines()
         assert wait.function == "steps" and "ctx.elicit(" in source[wait.line - 1], wait
         assert meta.pending == ({"key": "elicit-1", "kind": "elicit", "branch": "0", "summary": "question 1"},)
-        # the code changed since the run was saved (as if): a clear error naming the run, nothing resumed
-        store.checkpoint(record.run_id, record.version, meta=dataclasses.replace(meta, code_hash="0" * 32))
+        assert wait.point == "try:body/for/if:else/elicit:number", wait
+        # saved by another build, waiting at a point this one does not have: a clear error naming the run and the
+        # point, nothing resumed
+        store.checkpoint(record.run_id, record.version, saved=as_if_another_build(record.saved, "gone"))
         refused = await call(client.session, arguments, second.request_state, await answer_all(second))
         text = error_text(refused)
-        assert f"stored run {record.run_id!r}" in text and "the tool's code changed since the run was saved" in text
+        assert f"stored run {record.run_id!r} cannot be continued" in text and "point 'gone'" in text, text
+        assert "this build of it has no such point" in text
     assert lines(log) == ["step 0"]
 
 
@@ -272,19 +274,18 @@ async def test_guided_mode_keeps_its_runs_in_the_store(tools, db, tmp_path):
     assert record.meta.code_hash == tool_code_hash(tools[NAME]) and record.meta.extra["tool"] == NAME
     assert record.meta.pending == ({"key": "sample-1", "kind": "sample", "branch": "0", "summary": "question 0"},)
     assert [(w.function, w.branch) for w in record.meta.waits] == [("steps", "0")]
-    # saved by other code (as if): refused naming the run, and it waits on for a server with that code
-    other = dataclasses.replace(record.meta, code_hash="0" * 32)
-    record = store.checkpoint(record.run_id, record.version, meta=other)
+    # saved by another build, waiting at a point this one does not have: refused naming the point, and it waits on
+    # for a server with a build that can take it
+    saved = record.saved
+    record = store.checkpoint(record.run_id, record.version, saved=as_if_another_build(saved, "gone"))
     async with Client(server(tools, db, guided=True), mode="2026-07-28") as client:
         refused = await client.session.call_tool(
             "branchc_resume", {"state_id": guide["state_id"], "answers": {"sample-1": "reply 0"}}
         )
-    assert f"stored run {record.run_id!r}" in error_text(refused) and "code changed" in error_text(refused)
+    assert "point 'gone'" in error_text(refused), error_text(refused)
     record = store.load(record.run_id)
     assert record.status == "waiting"
-    store.checkpoint(
-        record.run_id, record.version, meta=dataclasses.replace(other, code_hash=tool_code_hash(tools[NAME]))
-    )
+    store.checkpoint(record.run_id, record.version, saved=saved)
     async with Client(server(tools, db, guided=True), mode="2026-07-28") as client:  # another server, one store
         done = await client.session.call_tool(
             "branchc_resume", {"state_id": guide["state_id"], "answers": {"sample-1": "reply 0"}}

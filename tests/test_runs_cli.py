@@ -8,7 +8,6 @@ works on its own copy of that store file, and runs `branchc runs` as a subproces
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from _bridge_support import KEY, KEYS, free_port, listening
+from _bridge_support import KEY, KEYS, as_if_another_build, free_port, listening
 from mcp import Client
 
 from branchc.bridge.runs import RunsError, cancel_run, find_run, load_tools
@@ -156,7 +155,13 @@ def test_list_shows_each_run_where_it_waits_and_what_it_asks(served, db):
     entry = by_tool["cleanup_nested"]
     assert entry["run_id"] == nested and entry["status"] == "waiting" and entry["era"] == "2026-07-28"
     assert entry["waits"] == [
-        {"branch": "0.1", "function": "worker", "line": line_of("yield from ask_all("), "file": str(TOOL_FILE)}
+        {
+            "branch": "0.1",
+            "function": "worker",
+            "line": line_of("yield from ask_all("),
+            "file": str(TOOL_FILE),
+            "point": "try:body/yield from:ask_all",
+        }
     ]
     assert entry["pending"] == [{"key": "sample-1", "kind": "sample", "branch": "0.1", "summary": "question 0"}]
     assert 0 <= entry["age"] < 600 and 0 < entry["expires_in"] <= 600
@@ -251,14 +256,15 @@ def test_a_cancelled_run_is_refused_by_a_server(served, db):
     assert marks(served, "flat") == ["client"]
 
 
-def test_cancel_refuses_a_run_saved_by_other_code(served, db):
+def test_cancel_refuses_a_run_this_build_cannot_take(served, db):
     nested = served["ids"]["cleanup_nested"]
     store = open_store(db, KEYS)
     record = store.load(nested)
-    store.checkpoint(nested, record.version, meta=dataclasses.replace(record.meta, code_hash="0" * 32))
+    store.checkpoint(nested, record.version, saved=as_if_another_build(record.saved, "gone"))
     error = one_error(runs("cancel", nested, *tools(served), "--store", db))
-    assert f"stored run {nested!r}" in error and "the tool's code changed since the run was saved" in error
+    assert f"stored run {nested!r} cannot be loaded to end it" in error and "point 'gone'" in error
     assert marks(served, "nested") == [] and store.load(nested).status == "waiting"
+    store.checkpoint(nested, store.load(nested).version, saved=record.saved)  # as it was, for the tests after
     store.close()
 
 

@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from branchc.bridge.durable import check_code, run_meta, serving_store
+from branchc.bridge.durable import run_meta, serving_store
 from branchc.bridge.loading import load_served_tools
 from branchc.bridge.server import create_server
 from branchc.runtime.limits import Limits
@@ -121,12 +121,11 @@ def waiting_run(tool: Any, store: Any, marker: Path, *, run_id: str | None = Non
 
 
 def used(store: Any, tool: Any, run_id: str, min_version: int | None = None) -> Any:
-    """What a server does with a run it continues: load it (at least at the version its handle names), check its
-    code, load the saved run, answer it and run it to its end, then after(). The tool's result."""
+    """What a server does with a run it continues: load it (at least at the version its handle names), load the
+    saved run, answer it and run it to its end, then after(). The tool's result."""
     record = store.load(run_id, min_version=min_version)
     if record is None:
         return None
-    check_code(run_id, record.meta, tool)
     handoff, machine = load_run(record.saved)
     (asked,) = machine.pending
     machine.answer(asked.key, {"action": "accept", "content": {"text": "second"}})

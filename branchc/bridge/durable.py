@@ -276,22 +276,9 @@ def run_meta(era: str, tool: Tool, machine: Machine, **fields: Any) -> RunMeta:
     )
 
 
-def check_code(run_id: str, meta: RunMeta | None, tool: Tool) -> None:
-    """A run saved by other compiled code than this server's is refused, naming the run (RunStateError)."""
-    here = tool_code_hash(tool)
-    if meta is not None and meta.code_hash and meta.code_hash != here:
-        build = f": {meta.extra['build']}" if meta.extra.get("build") else ""
-        raise RunStateError(
-            f"stored run {run_id!r} of tool {tool.name!r} was saved by other code (code hash {meta.code_hash}, "
-            f"this server has {here}): the tool's code changed since the run was saved, so it cannot be continued "
-            f"here; call the tool again to start over (or serve the build it was saved from{build})"
-        )
-
-
 def store_guided_runs(runs: Any, tools: Any) -> Any:
     """Guided runs (a GuidedRuns over StoreWaitingRuns) whose records carry run_meta, checked on every take."""
     runs.describe = lambda machine: run_meta("guided", tools[machine.tool], machine)
-    runs.check = lambda ident, waiting, tool: check_code(ident, waiting.meta, tool)
     return runs
 
 
@@ -631,7 +618,6 @@ class DurableRounds:
         """Check the answers, claim round `number` (None: another writer moved the record first) unless it is
         `claimed` already, run it, and write its outcome. The run is the live machine this server kept when it
         saved `record` (warm.py), when the record still holds just what it saved, else it is loaded from it."""
-        check_code(record.run_id, record.meta, tool)
         warm = bridge_warm(bridge)
         saved_as: tuple[Any, Any] = ((record.run_id, record.version), record)
         kept = warm.take(saved_as[0]) if warm is not None else None

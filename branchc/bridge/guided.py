@@ -54,7 +54,7 @@ from pydantic import BaseModel, ValidationError
 from ..runtime.errors import BranchcError, format_validation_errors
 from ..runtime.machine import Machine, Request
 from ..runtime.messages import Message
-from ..runtime.runstate import dump_run, load_run
+from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
 from .auth import current_principal
 from .durable import store_io
@@ -280,10 +280,10 @@ class GuidedRuns:
     def __init__(self, ttl: float = 1800, store: WaitingRuns | None = None) -> None:
         self.ttl = ttl
         self.store: WaitingRuns = store if store is not None else MemoryWaitingRuns()
-        # in a continuation store: what each waiting run's record says of it (durable.run_meta), and the check
-        # that a run taken from it was saved by this server's code (set by create_server and mount)
+        # in a continuation store: what each waiting run's record says of it (durable.run_meta; set by
+        # create_server and mount). A run saved by another build is taken when its points are compatible
+        # (continuation/snapshots.py `_moved`), else loading it says which point stops it.
         self.describe: Any = None
-        self.check: Any = None
 
     async def io(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """A call of the waiting runs' store: on a worker thread when it blocks (a continuation store: file or
@@ -344,15 +344,18 @@ class GuidedRuns:
             if tool is None:
                 raise AnswerError(f"state_id {ident!r} is a run of the tool {waiting.tool!r}, which this server lacks")
             guide.check(tool)
-            if self.check is not None:
-                self.check(ident, waiting, tool)
-        except BranchcError as error:  # another tool's, or saved by other code: it waits on, for a server that has it
+        except BranchcError as error:  # another tool's: it waits on, for a server that has it
             await self.io(self.store.put_back, ident, waiting)
             return error_result(str(error))
 
         async def restored() -> tuple[Any, Machine]:
             nonlocal settled
-            handoff, machine = load_run(waiting.saved)
+            try:
+                handoff, machine = load_run(waiting.saved)
+            except RunStateError:  # saved by a build whose points this one cannot take: it waits on, for one that can
+                settled = True
+                await self.io(self.store.put_back, ident, waiting)
+                raise
             try:
                 with released_unless_fed(machine):
                     answers = guide.answers(tool, machine, arguments)

@@ -38,7 +38,7 @@ from ..runtime.runstate import RunStateError, load_run
 from ..runtime.tool import Tool
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
 from ..store.keys import KeyRing
-from .durable import serving_store, stored_response, tool_code_hash
+from .durable import serving_store, stored_response
 from .held import HeldRun
 from .holder import describe_holder, holder_alive
 from .results import describe_failure, error_result, result_of
@@ -309,13 +309,14 @@ async def resume_run(
 
 
 def saved_by(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
-    """The run's tool from `tools`, the code that saved it; RunsError naming the run and the fix otherwise."""
+    """The run's tool from `tools`; RunsError naming the run and the fix otherwise."""
     return _tool(record, tools)
 
 
 def _tool(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
-    """The run's tool from `tools`, refused unless it is the code that saved the run (the record's code hash,
-    which its seal vouches for); the build the record names is only shown, never loaded."""
+    """The run's tool from `tools`, which need not be the code that saved it: a run of another build of the tool
+    is loaded when its points are compatible (continuation/snapshots.py `_moved`), and refused naming the point
+    otherwise. The build the record names is only shown, never loaded."""
     run = record.run_id
     build = record.meta.extra.get("build")
     served = f" (it was served from {build})" if isinstance(build, str) and build else ""
@@ -331,12 +332,5 @@ def _tool(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
         raise RunsError(
             f"run {run!r} does not say which code saved it (its record has no code hash), so no tools can be "
             f"checked against it: it cannot be loaded here"
-        )
-    here = tool_code_hash(tool)
-    if saved_by != here:
-        raise RunsError(
-            f"stored run {run!r} of tool {record.tool!r} was saved by another build (code hash {saved_by}) than the "
-            f"tools given load (code hash {here}): the tool's code changed since the run was saved; give --tools "
-            f"the sources or build it was served from{served}"
         )
     return tool

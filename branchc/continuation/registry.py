@@ -67,9 +67,22 @@ class FunctionMeta:
     catches: dict[int, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     points: dict[int, str] = field(default_factory=dict)  # label -> the point's name (splitter/points.py)
+    asks: dict[int, str] = field(default_factory=dict)  # label -> the form an elicitation there asks
+    defaults: dict[str, Any] = field(default_factory=dict)  # parameter -> its default, where that is a literal
     globals: dict[str, Any] = field(repr=False, default_factory=dict)
     # The cells of its type parameters (`def f[T]`, or a generic class's): the definition's, never a run's
     type_cells: dict[str, types.CellType] = field(repr=False, default_factory=dict)
+
+    @cached_property
+    def where(self) -> dict[int, dict[str, Any]]:
+        """label -> what a snapshot suspended there says of its place (snapshots.py `_where`): the point, the
+        names live there, and the form an elicitation there asks."""
+        out: dict[int, dict[str, Any]] = {}
+        for label, point in self.points.items():
+            out[label] = {"point": point, "live": sorted(self.live.get(label, ()))}
+            if label in self.asks:
+                out[label]["asks"] = self.asks[label]
+        return out
 
     @cached_property
     def internals(self) -> dict[str, str]:
@@ -136,6 +149,8 @@ def _make_meta(info: dict, module: str, qualname: str, body: types.CodeType, glo
         catches={label: _names(held) for label, held in info.get("catches", {}).items()},
         notes=info.get("notes", {}),
         points=info.get("points", {}),
+        asks=info.get("asks", {}),
+        defaults=info.get("defaults", {}),
         globals=globals_,
     )
 
@@ -494,10 +509,40 @@ def _check_modules(module: str, modules: frozenset[str] | None, ref: str) -> Non
 
 def lookup(ref: Any, code_hash: str, modules: frozenset[str] | None = None) -> FunctionMeta:
     """The compiled function named `module:qualname` with this code hash; its module is imported
-    only if a manifest on sys.path lists it (and `modules`, when given, names it)."""
+    only if a manifest on sys.path lists it (and `modules`, when given, names it), and the hash it
+    lists is this one."""
     meta = _BY_REF.get(ref) if type(ref) is str else None
     if meta is not None and meta.hash == code_hash and (modules is None or meta.module in modules):
         return meta  # the common case, in short
+    known, qualname = _listed(ref, modules)
+    if known.functions[qualname] != code_hash:
+        raise SnapshotError(
+            f"{ref}: the snapshot was taken from different compiled code (hash {code_hash}, here "
+            f"{known.functions[qualname]}); resume it with the build that made it"
+        )
+    meta = current(ref, modules)
+    if meta.hash != code_hash:
+        raise SnapshotError(
+            f"{ref}: the snapshot was taken from different compiled code (hash {code_hash}, here {meta.hash}); "
+            f"resume it with the build that made it"
+        )
+    return meta
+
+
+def current(ref: Any, modules: frozenset[str] | None = None) -> FunctionMeta:
+    """The compiled function named `module:qualname` as this process has it, whatever code a snapshot was
+    taken from (for a run moving to a new build: snapshots.py); imported as `lookup` imports."""
+    known, qualname = _listed(ref, modules)
+    module = _split(ref, "fn")[0]
+    _import(module, known)
+    meta = _BY_REF.get(ref) or _find_nested(module, qualname)
+    if meta is None:
+        raise SnapshotError(f"fn: {ref} is not a compiled function in this process")
+    return meta
+
+
+def _listed(ref: Any, modules: frozenset[str] | None) -> tuple[_Module, str]:
+    """(its module as a manifest lists it, its qualname) of a compiled function a snapshot names."""
     module, qualname = _split(ref, "fn")
     _check_modules(module, modules, ref)
     known = _known(module)
@@ -508,21 +553,7 @@ def lookup(ref: Any, code_hash: str, modules: frozenset[str] | None = None) -> F
         )
     if qualname not in known.functions:
         raise SnapshotError(f"fn: {ref} is not a function that module's build compiled")
-    if known.functions[qualname] != code_hash:
-        raise SnapshotError(
-            f"{ref}: the snapshot was taken from different compiled code (hash {code_hash}, here "
-            f"{known.functions[qualname]}); resume it with the build that made it"
-        )
-    _import(module, known)
-    meta = _BY_REF.get(ref) or _find_nested(module, qualname)
-    if meta is None:
-        raise SnapshotError(f"fn: {ref} is not a compiled function in this process")
-    if meta.hash != code_hash:
-        raise SnapshotError(
-            f"{ref}: the snapshot was taken from different compiled code (hash {code_hash}, here {meta.hash}); "
-            f"resume it with the build that made it"
-        )
-    return meta
+    return known, qualname
 
 
 def _find_nested(module_name: str, qualname: str) -> FunctionMeta | None:

@@ -83,11 +83,13 @@ from .codec.common import _not_an_exception, _show, slot_members
 from .codec.plain import PlainTables
 from .errors import NotSerializableError, SnapshotDataError, SnapshotError
 from .generator import free_cells, is_compiled, make_generator, release, source_location, state
+from .points import Migration, by_role, migration_for
 from .registry import (
     NESTED_CODE,
     FunctionMeta,
     compiled,
     compiled_function,
+    current,
     held,
     lookup,
     meta_of,
@@ -130,18 +132,22 @@ class ContextHandle:
         _PLAIN_EXTRAS[cls] = {"t": "ctx"}  # the plain fast path writes it as the full path does
 
 
-VERSION = 2
+VERSION = 3
+#: Formats this branchc reads: 2 is 3 without the suspension points of generator entries (a run in it cannot
+#: move to a changed build: see `_moved`).
+READS = (2, 3)
 
 
 def check_version(data: Any, key: str, what: str) -> None:
-    """Refuse a document whose format version (``data[key]``) is not this branchc's, saying which it is."""
+    """Refuse a document whose format version (``data[key]``) is not one this branchc reads, saying which it is."""
     found = data.get(key) if type(data) is dict else None
-    if found == VERSION and type(found) is int:
+    if found in READS and type(found) is int:
         return
     if type(found) is int and 0 < found < VERSION:
         problem = (
-            f"{what} is in format {found}, written by an older branchc; this branchc reads format {VERSION} "
-            f"only (class references and field names in tables): make it again with this version"
+            f"{what} is in format {found}, written by an older branchc; this branchc reads formats "
+            f"{', '.join(map(str, READS))} only (class references and field names in tables): make it again with "
+            f"this version"
         )
     elif type(found) is int and found > VERSION:
         problem = f"{what} is in format {found}, written by a newer branchc; this branchc reads format {VERSION}"
@@ -402,7 +408,16 @@ def _encode_generator(value: types.GeneratorType, child) -> dict:
         "label": label,
         "vars": encoded,
         "free": free,
+        **_where(meta, status, label),
     }
+
+
+def _where(meta: FunctionMeta, status: str, label: int) -> dict[str, Any]:
+    """A suspended generator's point, what is live there (bound or not yet) and the form an elicitation there
+    asks: what a changed build of its function needs to take it (`_moved`)."""
+    if status != "suspended" or label not in meta.points:
+        return {}
+    return meta.where[label]
 
 
 def _encode_extension(value: Any, child, path: str) -> dict | None:
@@ -518,6 +533,7 @@ def _plain_snapshot(generator: types.GeneratorType) -> dict[str, Any] | None:
     meta = meta_of(generator.gi_code)
     entry = {"t": "gen", "fn": meta.ref, "hash": meta.hash, "state": status, "label": label, "vars": encoded}
     entry["free"] = {}
+    entry.update(_where(meta, status, label))
     graph = tables.tables()  # "classes" and "shapes" when models were written, as `encode` writes them
     graph["roots"] = {"gen": ["@", entry]}
     graph["objects"] = []
@@ -542,6 +558,7 @@ def snapshot(generator: types.GeneratorType) -> dict[str, Any]:
 _ATTR = ".{}"
 _FN_FIELDS = frozenset({"t", "in", "hash", "code", "closure", "defaults", "kwdefaults", "dict", "compiled"})
 _GEN_FIELDS = frozenset({"t", "fn", "hash", "state", "label", "vars", "free"})
+_GEN_WHERE = frozenset({"point", "live", "asks"})  # a suspended generator's point (format 3)
 
 
 def _function(entry: dict, child, path: str, allowed: frozenset[str] | None) -> types.FunctionType:
@@ -676,26 +693,34 @@ _STATES = ("created", "suspended", "done")
 
 def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, made: _Made) -> types.GeneratorType:
     """A compiled generator entry: checked, its variables decoded; it is built once the whole graph is."""
-    if entry.keys() != _GEN_FIELDS:
-        raise SnapshotDataError(path, f"a generator entry has exactly the fields {sorted(_GEN_FIELDS)}")
+    if not _GEN_FIELDS <= entry.keys() <= _GEN_FIELDS | _GEN_WHERE:
+        raise SnapshotDataError(
+            path, f"a generator entry has the fields {sorted(_GEN_FIELDS)}, and {sorted(_GEN_WHERE)} when suspended"
+        )
     state, label = entry["state"], entry["label"]
     if type(state) is not str or state not in _STATES:
         raise SnapshotDataError(f"{path}.state", f"expected created, suspended or done, got {_show(state)}")
     if type(entry["hash"]) is not str:
         raise SnapshotDataError(f"{path}.hash", "expected a string")
-    try:
-        meta = lookup(entry["fn"], entry["hash"], allowed)
-    except SnapshotError as error:
-        raise SnapshotError(f"{path}.{error}") from None
-    if state == "suspended" and (type(label) is not int or label not in meta.sites):
-        raise SnapshotDataError(f"{path}.label", f"{meta.ref} has no suspension point {_show(label)}")
     variables, cells = entry["vars"], entry["free"]
     if type(variables) is not dict:
         raise SnapshotDataError(f"{path}.vars", "expected an object of variables")
+    moved, migration = False, None
+    try:
+        meta = lookup(entry["fn"], entry["hash"], allowed)
+    except SnapshotError as error:
+        if state != "suspended" or "point" not in entry:
+            raise SnapshotError(f"{path}.{error}") from None
+        meta, label, variables, migration = _moved(entry, allowed, path)
+        moved = True
+    if state == "suspended" and (type(label) is not int or label not in meta.sites):
+        raise SnapshotDataError(f"{path}.label", f"{meta.ref} has no suspension point {_show(label)}")
+    if "point" in entry and not moved:
+        _check_form(entry, meta, label, f"{path}: {meta.ref} waits at point {entry['point']!r}")
     if type(cells) is not dict:
         raise SnapshotDataError(f"{path}.free", "expected an object of variables")
     allowed_names = _restorable_at(meta, state, label)
-    if not allowed_names.issuperset(variables):
+    if migration is None and not allowed_names.issuperset(variables):
         unknown = sorted(variables.keys() - allowed_names)[0]
         raise SnapshotDataError(f"{path}.vars", f"{meta.ref} keeps no variable {unknown!r} at {state} {label}")
     values = {}
@@ -707,10 +732,21 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
         else:
             values[name] = child(value, (path, name, ".vars[{!r}]"))
     free = {name: child(value, (path, name, ".free[{!r}]")) for name, value in cells.items()} if cells else {}
+    if migration is not None:
+        values = _migrated(entry, meta, label, values, migration, path)
     if state == "suspended":
         _check_internals(meta, allowed_names, values, path, label)
     if meta.holds:
-        _check_kinds(meta, values, path)
+        try:
+            _check_kinds(meta, values, path)
+        except SnapshotDataError as error:
+            if not moved:
+                raise
+            how = "without a migration" if migration is None else f"as {migration.describe()} leaves it"
+            raise SnapshotError(
+                f"{path}: {meta.ref} waits at point {entry['point']!r}, saved by another build, where a variable holds "
+                f"what this build's code cannot put there ({error}): it cannot continue here {how}"
+            ) from None
     if free:
         freevars = meta.body_code.co_freevars
         for name, cell in free.items():
@@ -729,6 +765,103 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
     made.append(generator)
     made.held.append((meta, state, label, values, free, path))
     return generator
+
+
+def _moved(
+    entry: dict, allowed: frozenset[str] | None, path: str
+) -> tuple[FunctionMeta, int, dict[str, Any], Migration | None]:
+    """A suspended generator of another build of its function, moved to this one: (this build's function, the
+    label of its point here, its variables by their names here, and the migration they go through, if any).
+
+    As it is, where its point is compatible (what `branchc compat` calls so): the point is here, an elicitation
+    there asks the same form, and it carries the same variables (the compiler's own compared by role,
+    continuation/points.py), or more here, each a parameter with a literal default (given that default). Else
+    through the migration the author wrote for the point (continuation/points.py), the variables returned as they
+    are for `_migrated` once they are decoded. Each value is then checked as any snapshot's is, against what this
+    build's code can put in its variable. Anything else is a SnapshotError that names the point and what differs."""
+    point, variables, live = entry["point"], entry["vars"], entry.get("live")
+    if type(point) is not str or type(entry.get("asks", "")) is not str:
+        raise SnapshotDataError(f"{path}.point", "expected the point's name")
+    if type(live) is not list or any(type(name) is not str for name in live) or not variables.keys() <= set(live):
+        raise SnapshotDataError(f"{path}.live", "expected the names live at the point, its variables among them")
+    where = f"{path}: {entry['fn']} waits at point {point!r}, saved by another build (code hash {entry['hash']})"
+    try:
+        meta = current(entry["fn"], allowed)
+    except SnapshotError as error:  # not in this build at all
+        raise SnapshotError(f"{path}.{error} (the run waits in it at point {point!r})") from None
+    labels = {name: label for label, name in meta.points.items()}
+    label, old = labels.get(point), by_role(live)
+    problem = "this build of it has no such point"
+    if label is not None:
+        new = by_role(meta.live.get(label, ()))
+        problem = _incompatible(entry, meta, label, old, new)
+        if problem is None:
+            here = {role: name for name, role in new.items()}
+            moved = {here[old[name]]: value for name, value in variables.items()}
+            for name, role in new.items():
+                if role not in old.values():
+                    moved[name] = meta.defaults[name]
+            return meta, label, moved, None
+    migration = migration_for(meta.ref, point)
+    if migration is None:
+        raise SnapshotError(f"{where}; {problem}: it cannot continue here without a migration")
+    label = labels.get(migration.to)
+    if label is None:
+        raise SnapshotError(f"{where}; {migration.describe()} moves it to a point this build of it does not have")
+    new = by_role(meta.live.get(label, ()))
+    made = sorted({r for r in old.values() if r[0] == "~"} ^ {r for r in new.values() if r[0] == "~"})
+    if made:
+        raise SnapshotError(
+            f"{where}; the loops, `with` blocks and handlers around point {migration.to!r} differ from those around "
+            f"{point!r} ({', '.join(made)}): {migration.describe()} cannot move it"
+        )
+    return meta, label, variables, migration
+
+
+def _incompatible(entry: dict, meta: FunctionMeta, label: int, old: dict[str, str], new: dict[str, str]) -> str | None:
+    """Why a run waiting at the same point in another build cannot go on here as it is; None when it can."""
+    if entry.get("asks") != meta.asks.get(label):
+        return f"the form it asked ({entry.get('asks')}) is not the form this build asks there ({meta.asks.get(label)})"
+    gone = sorted(name for name, role in old.items() if role not in new.values())
+    added = sorted(name for name, role in new.items() if role not in old.values() and name not in meta.defaults)
+    parts = [f"this build no longer carries {', '.join(gone)}" if gone else ""]
+    parts.append(f"it carries {', '.join(added)} (without a literal default) there" if added else "")
+    return "; ".join(part for part in parts if part) or None
+
+
+def _migrated(
+    entry: dict, meta: FunctionMeta, label: int, values: dict[str, Any], migration: Migration, path: str
+) -> dict[str, Any]:
+    """The variables of a run moved by an author's migration: the compiler's by role, the author's as the migration
+    returns them from the old point's (every name one this build has live at the new point)."""
+    where = f"{path}: {meta.ref} waits at point {entry['point']!r}, saved by another build; {migration.describe()}"
+    old, here = by_role(entry["live"]), {role: name for name, role in by_role(meta.live.get(label, ())).items()}
+    made = {here[old[name]]: value for name, value in values.items() if old[name][0] == "~"}
+    own = {name: value for name, value in values.items() if old[name][0] != "~"}
+    try:
+        result = migration.fn(own)
+    except Exception as error:
+        raise SnapshotError(f"{where} raised {type(error).__name__}: {error}") from None
+    if type(result) is not dict or any(type(name) is not str for name in result):
+        raise SnapshotError(f"{where} returned {type(result).__name__}, not a dict of variables by name")
+    live = {name for name, role in by_role(meta.live.get(label, ())).items() if role[0] != "~"}
+    if unknown := sorted(result.keys() - live):
+        raise SnapshotError(
+            f"{where} returned {', '.join(unknown)}, which {meta.ref} does not keep at point {migration.to!r} (it "
+            f"keeps {', '.join(sorted(live)) or 'nothing'})"
+        )
+    return {**made, **result}
+
+
+def _check_form(entry: dict, meta: FunctionMeta, label: int, where: str) -> None:
+    """An elicitation a run waits on was asked with a form (its schema class's source): this code must ask the
+    same one there, or the answer to the old form would be read as the new one (the class may change while
+    the function does not)."""
+    if entry.get("asks") != meta.asks.get(label):
+        raise SnapshotError(
+            f"{where}; the form it asked ({entry.get('asks')}) is not the form this build asks there "
+            f"({meta.asks.get(label)}): it cannot continue here without a migration"
+        )
 
 
 def _check_kinds(meta: FunctionMeta, values: dict[str, Any], path: str) -> None:
@@ -860,7 +993,7 @@ def _plain_resume(
     if type(root) is not list or len(root) != 2 or type(root[0]) is not str or root[0] != "@":
         return None
     entry = root[1]
-    if type(entry) is not dict or entry.keys() != _GEN_FIELDS or entry["t"] != "gen":
+    if type(entry) is not dict or entry.keys() - _GEN_WHERE != _GEN_FIELDS or entry["t"] != "gen":
         return None
     state, label, variables, free = entry["state"], entry["label"], entry["vars"], entry["free"]
     if state not in _STATES or type(entry["hash"]) is not str or type(variables) is not dict:
@@ -873,6 +1006,8 @@ def _plain_resume(
         return None
     if state == "suspended" and (type(label) is not int or label not in meta.sites):
         return None
+    if entry.get("asks") != meta.asks.get(label) and "point" in entry:
+        return None  # the full path refuses it, saying why
     live = _restorable_at(meta, state, label)
     if not live.issuperset(variables) or meta.body_code.co_freevars:
         return None

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..continuation.points import Migration, add_migration
 from .content import split as split_content
 from .context import Context, is_generator_function
 from .errors import OutputError, ParamsError, ToolDefinitionError, format_validation_errors
@@ -53,6 +54,7 @@ __all__ = ["CAPABILITIES", "Tool", "resumable", "tool"]
 
 CAPABILITIES = frozenset({"sampling", "elicitation"})
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M", bound=Callable[[dict[str, Any]], dict[str, Any]])
 
 
 def resumable(fn: F) -> F:
@@ -199,6 +201,7 @@ class Tool:
         self.after_fn: Callable[..., Any] | None = None
         self.fn: Callable[..., Any] | None = None  # the short form's generator function
         self.signature: Signature | None = None
+        self.migrations: list[dict[str, str]] = []  # what `migrate` registered, as the manifest lists it
 
     def __repr__(self) -> str:
         return f"<Tool {self.name}>"
@@ -280,6 +283,54 @@ class Tool:
         self.after_fn = self._phase("after", fn)
         return fn
 
+    def migrate(
+        self, point: str, *, to: str | None = None, function: Callable[..., Any] | None = None
+    ) -> Callable[[M], M]:
+        """Runs saved by another build of this tool and waiting at `point` (of the client phase, or of `function`,
+        a @resumable it runs) go on at `to` (the same point by default) in this build, through the decorated
+        `migration(variables) -> variables`: the point's variables by name as the old code left them, in; the new
+        point's, out (the compiler's own loop iterators and the like are carried by themselves). Used only where
+        the point is not compatible as it is (`branchc compat` says which need one), so that a run of a later
+        build, compatible as it is, is not migrated again. Declare it after the function: the names are checked
+        against its compiled points when the module loads."""
+        target = function if function is not None else (self.fn or self.client_fn)
+        if target is None:
+            raise ToolDefinitionError(f"tool {self.name!r}: declare migrations after the client phase")
+        to = point if to is None else to
+        for name, value in (("point", point), ("to", to)):
+            if not isinstance(value, str) or not value:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: migrate({name}=...) takes a point's name, like 'while/elicit:pick'"
+                )
+        meta = getattr(target, "__branchc_meta__", None)
+        if meta is not None and meta.points and to not in meta.points.values():
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: migrate(..., to={to!r}): {meta.qualname} has no such point; its points are "
+                f"{', '.join(sorted(meta.points.values()))} (`branchc graph` shows them)"
+            )
+
+        def register(fn: M) -> M:
+            if not callable(fn):
+                raise ToolDefinitionError(f"tool {self.name!r}: @migrate({point!r}) decorates a function, not {fn!r}")
+            try:
+                inspect.signature(fn).bind({})
+            except TypeError:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: migration {function_name(fn)} ({function_place(fn)}) must take one "
+                    f"argument, the old point's variables by name, and return the new point's"
+                ) from None
+            except ValueError:
+                pass  # no signature to read (a builtin): called as it is
+            module, qualname = target.__module__, target.__qualname__
+            try:
+                add_migration(Migration(module, qualname, point, to, fn))
+            except ValueError as error:
+                raise ToolDefinitionError(f"tool {self.name!r}: {error}") from None
+            self.migrations.append({"function": qualname, "point": point, "to": to, "by": function_name(fn)})
+            return fn
+
+        return register
+
     def _check_generator(self, fn: Callable[..., Any]) -> None:
         if not is_generator_function(fn):
             raise ToolDefinitionError(
@@ -313,6 +364,8 @@ class Tool:
         }
         if self.fn is not None:
             entry["form"] = "short"  # the client takes the handoff as keyword arguments
+        if self.migrations:
+            entry["migrations"] = self.migrations
         for key in ("title", "annotations", "icons"):
             if getattr(self, key) is not None:
                 entry[key] = getattr(self, key)

@@ -5,30 +5,30 @@ old build the report gives one verdict:
 
 - unchanged: the function's code is the same;
 - compatible: the same point in changed code, carrying the same variables of the same kinds, or more,
-  each new one a parameter with a default;
+  each new one a parameter with a literal default;
 - needs a migration: the point is there, but what it carries changed (names or kinds), or, for an
   elicitation, the form it asks (the schema class's source);
 - removed: no point of that name in the function, or no such function.
 
-Points only the new build has are listed as added. Variables the compiler makes are compared by their
-role, not their number: the iterator of the second loop around a point is `~it2` in both builds,
-whatever loops were added elsewhere.
+Points only the new build has are listed as added. A point that needs a migration, or was removed, and
+for which the new build has one (`@tool.migrate`), names it, and strands nothing. Variables the compiler
+makes are compared by their role, not their number: the iterator of the second loop around a point is
+`~it2` in both builds, whatever loops were added elsewhere.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from ..continuation.points import by_role
 
 __all__ = ["VERDICTS", "Point", "compare", "points_of"]
 
 VERDICTS = ("unchanged", "compatible", "needs a migration", "removed", "added")
-#: verdicts that leave a run waiting at the point with no way on: the report's exit status counts them
+#: verdicts that leave a run waiting at the point with no way on, unless a migration takes it (the exit status)
 STRANDING = frozenset(("needs a migration", "removed"))
-
-_TEMP = re.compile(r"_bc_([a-z]+?)(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Point:
     new_label: int | None = None
     detail: str = ""
     waiting: int | None = None  # runs waiting there (with a store)
+    migration: str | None = None  # the new build's migration that takes runs from this point (Tool.migrate)
     changes: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -64,29 +65,28 @@ def carried(suspension: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     """What a run waiting at `suspension` holds: variable -> the kinds it can hold ("*": anything), with the
     compiler's own variables named by role and rank (`_bc_it3`, the second iterator here, is `~it2`)."""
     kinds = suspension.get("kinds", {})
-    temps: dict[str, list[tuple[int, str]]] = {}
-    out: dict[str, tuple[str, ...]] = {}
-    for name in suspension.get("live", ()):
-        match = _TEMP.match(name)
-        if match:
-            temps.setdefault(match.group(1), []).append((int(match.group(2)), name))
-        else:
-            out[name] = tuple(kinds.get(name, ("*",)))
-    for role, names in temps.items():
-        for rank, (_, name) in enumerate(sorted(names), 1):
-            out[f"~{role}{rank}"] = tuple(kinds.get(name, ("*",)))
-    return out
+    return {role: tuple(kinds.get(name, ("*",))) for name, role in by_role(suspension.get("live", ())).items()}
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Point]:
     """The report's lines for two manifests (branchc.json), old build first."""
     before, after = points_of(old), points_of(new)
+    migrations = {
+        (module, migration["function"], migration["point"]): migration["by"]
+        for module, entry in (new.get("modules") or {}).items()
+        for tool in entry.get("tools", ())
+        for migration in tool.get("migrations", ())
+    }
     lines: list[Point] = []
     for key, function in before.items():
         other = after.get(key)
         theirs = {s["point"]: s for s in other["suspensions"]} if other else {}
         for suspension in function["suspensions"]:
-            lines.append(_verdict(key, function, suspension, other, theirs.get(suspension["point"])))
+            line = _verdict(key, function, suspension, other, theirs.get(suspension["point"]))
+            by = migrations.get((*key, suspension["point"]))
+            if by is not None and line.verdict in STRANDING:
+                line = replace(line, migration=by, detail=f"{line.detail}; migrated by {by}")
+            lines.append(line)
     for key, function in after.items():
         ours = {s["point"] for s in before[key]["suspensions"]} if key in before else set()
         for suspension in function["suspensions"]:
@@ -121,7 +121,7 @@ def _verdict(
     gone = sorted(set(was) - set(now))
     new = sorted(set(now) - set(was))
     retyped = sorted(name for name in set(was) & set(now) if not _fits(was[name], now[name]))
-    defaults = set(other.get("defaults", ()))
+    defaults = set(other.get("defaults", {}))
     if not gone and not retyped and set(new) <= defaults:
         detail = f"new, from their defaults: {', '.join(new)}" if new else ""
         return Point(**base, verdict="compatible", detail=detail, changes={"defaults": new} if new else {})

@@ -17,6 +17,7 @@ import symtable
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 
@@ -55,7 +56,8 @@ class CompiledFunction:
     catches: dict[int, dict[str, list[str]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # compiler-made variable -> what it holds, in words
     type_params: list[str] = field(default_factory=list)  # free names that are type parameters (PEP 695)
-    defaults: list[str] = field(default_factory=list)  # parameters with a default (points.py: new ones are compatible)
+    # parameter -> its default, where that is a literal (a run moving to this build gets it: continuation/points.py)
+    defaults: dict[str, Any] = field(default_factory=dict)
     graph: StateGraph | None = None
 
     def manifest(self) -> dict:
@@ -497,6 +499,12 @@ def _meta_table(functions: list[CompiledFunction], classes: list[str]) -> dict:
                 "hash": f.hash,
                 "sites": {s["label"]: (s["line"], s["column"], s["delegates"]) for s in f.sites},
                 "points": {s["label"]: s["point"] for s in f.sites if "point" in s},
+                **(
+                    {"asks": {s["label"]: s["asks"] for s in f.sites if "asks" in s}}
+                    if any("asks" in s for s in f.sites)
+                    else {}
+                ),
+                **({"defaults": f.defaults} if f.defaults else {}),
                 "locals": f.restorable,
                 "live": f.live,
                 "binds": f.binds,
@@ -630,6 +638,21 @@ class _Targets(cst.CSTVisitor):
             if dec.value.value in self.tools and dec.attr.value == "client":
                 return "client"
         return None
+
+
+def _literal_defaults(params: Sequence[cst.Param], module: cst.Module) -> dict[str, Any]:
+    """{parameter: default} for the parameters whose default is a literal str, number, bool or None."""
+    out: dict[str, Any] = {}
+    for param in params:
+        if param.default is None:
+            continue
+        try:
+            value = ast.literal_eval(module.code_for_node(param.default))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if type(value) in (str, int, float, bool, type(None)) and value == value:  # not NaN: JSON has none
+            out[param.name.value] = value
+    return out
 
 
 def _flat_params(params: cst.Parameters) -> list[str]:
@@ -850,7 +873,7 @@ class _Splitter(cst.CSTTransformer):
 
         params = _flat_params(node.params)
         every = (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)
-        compiled.defaults = [p.name.value for p in every if p.default is not None]
+        compiled.defaults = _literal_defaults(every, self.module)
         hidden = {f"_bc_t{n}" for n in range(1, normalizer.temps + 1)} | lowerer.names
         hidden |= {f"_bc_{kind}{n}" for n in range(1, len(normalizer.withs) + 1) for kind in ("wm", "wx", "wf")}
         local_names, captured_names, free_names, type_names = self.locals.get(qualname, (set(), set(), set(), set()))

@@ -3,7 +3,7 @@
 A waiting run outlives the code that started it, so where it waits must be named by where the yield
 sits, not by its state number: the path of compound statements around it (which loop, which branch of
 an `if`, which part of a `try`) and the effect it waits on with its key: an elicitation's own key, a
-branch's function, or the variable a sample's reply goes to. In
+branch's function, or else the variable the yield's value goes to. In
 `while True: choice = yield ctx.elicit("choose_flight", ...)` the point is `while/elicit:choose_flight`;
 in `for step in steps: reply = yield ctx.sample(...)` it is `for/sample:reply`. Adding a statement
 elsewhere, renumbering the states, reformatting or editing a comment leaves it as it was; moving the
@@ -94,7 +94,7 @@ def _effect(node: ast.Yield | ast.YieldFrom, target: str | None) -> str:
     if kind == "yield from":
         return f"yield from:{effect['targets'][0]}" if effect["targets"] else "yield from"
     key = effect.get("key") or (effect["targets"][0] if kind == "branch" and effect["targets"] else None)
-    if key is None and kind == "sample":
+    if key is None:
         key = target
     return f"{kind}:{key}" if key else kind
 

@@ -753,15 +753,34 @@ def _check_model(d: _Decoder, x: list, path: Any, slot: int | None) -> BaseModel
     if private is not None:
         setattr_(obj, "__pydantic_private__", d.fill({}, private, (path, 5), cls.__private_attributes__))
     d.fill(state, x[2], (path, 2), names)
-    if len(state) != len(names):
-        raise SnapshotDataError(_fmt((path, 2)), f"missing fields {sorted(names - state.keys())}")
+    defaulted = len(state) != len(names)
+    if defaulted:
+        _defaults(cls, names - state.keys(), state, path)
     known = names if extra is None else names | extra.keys()
     if not known.issuperset(fields):
         raise SnapshotDataError(_fmt((path, 3)), f"expected names of fields, got {_show(list(fields_set))}")
-    if len(x) == 4 and private is None:  # the same class, shape and fields_set pass the same checks again
+    if len(x) == 4 and private is None and not defaulted:  # the same class, shape and fields_set pass again
         shape = d.shapes[x[2][0]]
         d.models[(x[1], x[2][0], x[3])] = (cls, shape, fields_set, len(fields_set) + len(shape))
     return obj
+
+
+_LITERALS = frozenset((str, int, float, bool, type(None)))
+
+
+def _defaults(cls: type[BaseModel], missing: set[str], state: dict, path: Any) -> None:
+    """Fields a snapshot lacks that have a literal default: a field added to the class since the value was saved
+    (a run moving to a new build), given its default as validation would; any other missing field is refused."""
+    fields = cls.model_fields
+    lacking = sorted(
+        name
+        for name in missing
+        if fields[name].default_factory is not None or type(fields[name].default) not in _LITERALS
+    )
+    if lacking:
+        raise SnapshotDataError(_fmt((path, 2)), f"missing fields {lacking}")
+    for name in missing:
+        state[name] = fields[name].default
 
 
 def _attributes(d: _Decoder, cls: type, src: Any, path: Any) -> dict:

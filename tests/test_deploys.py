@@ -1,0 +1,306 @@
+"""Runs moving to a new build of their tool (continuation/snapshots.py `_moved`), against the edit corpus.
+
+For every edit of tests/test_compat.py and every place a run of the base tool can wait (each sample and
+elicitation, in the client and in its branch), the run is brought there on the old code, saved, and
+loaded where only the new code is. Where every point it waits at is unchanged or compatible, the run goes
+on there and ends exactly as a fresh run of the new code fed the same answers (the differential: CPython
+runs both). Where one is not, loading it is refused, naming that point, and nothing of it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from _bridge_support import http_server
+from mcp import Client
+from test_compat import BASE, EDITS, manifest
+
+from branchc.runtime.errors import ToolDefinitionError
+from branchc.runtime.machine import Machine
+from branchc.runtime.runstate import RunStateError, dump_run, load_run
+from branchc.splitter import load_source
+from branchc.splitter.compat import compare
+
+MODULE = "plan_deployed"  # both builds load under one name, as a deploy replaces the module
+STOPS = 8  # the places a run of BASE waits: 3 samples, 2 in the branch, 2 forms, 1 last sample
+#: Edits after which a run saved from this place on ends as the old code's run, not as a fresh run of the new code:
+#: what the old code did before the place differs from what the new code would do, and a moved run keeps what it
+#: has (the loop it is in, with its iterator; the draft the removed branch wrote); what follows is the same.
+ENDS_AS_OLD_FROM = {
+    "change a loop's range": 0,
+    "remove the branch": 3,
+    "remove the resumable function and its branch": 3,
+}
+
+
+def answer(request: Any) -> Any:
+    if request.kind == "sample":
+        return f"reply {request.number}"
+    return {"action": "decline"} if request.number % 2 else {"action": "accept", "content": {"pick": request.number}}
+
+
+def drive(module: Any, stop: int | None = None, text: str | None = None) -> Any:
+    """A run of the module's tool, answered by `answer`: its text when it waits for the `stop`-th time,
+    else (ok, result) at its end; `text`: a saved run to go on from instead of a new run."""
+    tool = module.plan
+    if text is None:
+        handoff, machine = {"topic": "t"}, Machine(tool.name, "call-1", tool.limits)
+        machine.start(tool.client_fn, handoff, tool.client_fn.__qualname__)
+        machine.advance()
+    else:
+        handoff, machine = load_run(text)
+    waited = 0
+    while not machine.done:
+        machine.take_outbox()
+        if waited == stop:
+            saved = dump_run(handoff, machine)
+            machine.release()
+            return saved
+        for request in list(machine.pending):
+            machine.answer(request.key, answer(request))
+        machine.advance()
+        waited += 1
+    return machine.ok, machine.result
+
+
+def waits_at(text: str) -> list[tuple[str, str]]:
+    """(function, point) of every generator the saved run holds suspended."""
+    found: list[tuple[str, str]] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if value.get("t") == "gen" and "point" in value:
+                found.append((value["fn"].split(":", 1)[1], value["point"]))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(json.loads(text))
+    return found
+
+
+@pytest.fixture(scope="module")
+def saved() -> tuple[list[str], Any]:
+    """The base tool's run saved at each place it waits, and its own end."""
+    old = load_source(BASE, MODULE, f"{MODULE}.py")
+    texts = [drive(old, stop) for stop in range(STOPS)]
+    assert all(isinstance(text, str) for text in texts) and drive(old, STOPS) == drive(old)
+    return texts, drive(old)
+
+
+def test_a_run_waits_at_every_point_of_the_base_where_a_run_can_wait(saved) -> None:
+    texts, _ = saved
+    points = {point for text in texts for point in waits_at(text)}
+    assert points == {
+        ("client", "for/sample:reply"),
+        ("client", "if:then/branch:draft"),
+        ("draft", "sample:outline"),
+        ("draft", "sample:text"),
+        ("client", "while/elicit:pick"),
+        ("client", "try:body/sample:final"),
+    }
+
+
+@pytest.mark.parametrize(("name", "source"), [(e[0], e[1]) for e in EDITS], ids=[e[0] for e in EDITS])
+def test_a_run_moves_to_the_new_build_exactly_where_its_points_allow(saved, name, source) -> None:
+    texts, old_end = saved
+    verdicts = {(line.function, line.point): line.verdict for line in compare(manifest(BASE), manifest(source))}
+    new = load_source(source, MODULE, f"{MODULE}.py")
+    try:
+        fresh = drive(new)
+        assert fresh[0], fresh
+        moved = refused = 0
+        for stop, text in enumerate(texts):
+            blocking = [at for at in waits_at(text) if verdicts[at] in ("needs a migration", "removed")]
+            if blocking:
+                with pytest.raises(RunStateError) as caught:
+                    drive(new, text=text)
+                assert any(f"point {point!r}" in str(caught.value) for _, point in blocking), (stop, caught.value)
+                refused += 1
+                continue
+            end = drive(new, text=text)
+            if stop >= ENDS_AS_OLD_FROM.get(name, STOPS):
+                assert end == old_end, (stop, end)
+            else:
+                assert end == fresh, (stop, end)
+            moved += 1
+        assert moved + refused == STOPS
+    finally:
+        load_source(BASE, MODULE, f"{MODULE}.py")  # the next edit's old build
+
+
+def test_a_run_refused_by_the_new_build_still_continues_on_the_old(saved) -> None:
+    texts, old_end = saved
+    source = dict((e[0], e[1]) for e in EDITS)["rename a local carried across yields"]
+    load_source(source, MODULE, f"{MODULE}.py")
+    with pytest.raises(RunStateError) as caught:
+        drive(load_source(source, MODULE, f"{MODULE}.py"), text=texts[4])
+    text = str(caught.value)
+    assert "waits at point" in text and "no longer carries notes" in text and "it carries items" in text
+    assert drive(load_source(BASE, MODULE, f"{MODULE}.py"), text=texts[4]) == old_end
+
+
+def test_a_new_parameter_with_a_literal_default_is_given_its_default(saved) -> None:
+    texts, _ = saved
+    source = dict((e[0], e[1]) for e in EDITS)["add a parameter with a default"]
+    new = load_source(source, MODULE, f"{MODULE}.py")
+    try:
+        _, machine = load_run(texts[3])  # the branch waits at draft's first sample: tone is live there
+        (generator,) = [
+            b.generator for b in machine.branches.values() if b.generator.gi_code.co_qualname.endswith("draft")
+        ]
+        assert generator.gi_frame.f_locals["tone"] == "plain"
+        machine.release()
+        assert drive(new, text=texts[3]) == drive(new)
+    finally:
+        load_source(BASE, MODULE, f"{MODULE}.py")
+
+
+def test_a_changed_form_is_refused_even_where_the_function_is_the_same(saved) -> None:
+    texts, _ = saved
+    source = dict((e[0], e[1]) for e in EDITS)["change the elicitation's schema"]
+    new = load_source(source, MODULE, f"{MODULE}.py")
+    try:
+        assert (
+            new.client.__branchc_meta__.hash == load_source(BASE, "plan_base_only", "b.py").client.__branchc_meta__.hash
+        )
+        with pytest.raises(RunStateError) as caught:
+            drive(new, text=texts[5])  # waits on the form
+        assert "point 'while/elicit:pick'" in str(caught.value) and "the form it asked" in str(caught.value)
+        assert drive(new, text=texts[7]) == drive(new)  # past the form: it goes on
+    finally:
+        load_source(BASE, MODULE, f"{MODULE}.py")
+
+
+# -- a deploy, as a client sees it ---------------------------------------------------------------------------
+
+
+async def _sample(ctx: Any = None, params: Any = None) -> types.CreateMessageResult:
+    return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="x"))
+
+
+async def _form(ctx: Any = None, params: Any = None) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"pick": 1})
+
+
+async def _answers(result: types.InputRequiredResult) -> dict[str, Any]:
+    """What a client answers to each request of a round: each sample "x", each form {"pick": 1}."""
+    return {
+        key: await (_sample() if isinstance(request, types.CreateMessageRequest) else _form())
+        for key, request in result.input_requests.items()
+    }
+
+
+async def _rounds(url: str, rounds: int, state: str | None = None, responses: dict | None = None) -> Any:
+    """Up to `rounds` rounds of a call of `plan` over HTTP in the 2026-07-28 era, from `state` (with `responses`)
+    or a new call: the last result, and the answers to it."""
+    async with Client(url, mode="2026-07-28", sampling_callback=_sample, elicitation_callback=_form) as client:
+        for _ in range(rounds):
+            result = await client.session.call_tool(
+                "plan", {"topic": "t"}, request_state=state, input_responses=responses, allow_input_required=True
+            )
+            if not isinstance(result, types.InputRequiredResult):
+                return result, None
+            state, responses = result.request_state, await _answers(result)
+        return result, responses
+
+
+@pytest.mark.usefixtures("state_key_in_env")
+def test_a_deploy_over_http_lets_the_clients_next_round_go_on(tmp_path) -> None:
+    """Served with a store; the server is stopped, its source replaced in the same folder (a deploy), and started
+    again: the client's next round goes on in the new code where the point allows, is refused naming the point
+    where it does not (the run waits on), and goes on once code that can take it is served again."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    source = folder / "plan_tool.py"
+    source.write_text(BASE)
+    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    store = ("--store", f"sqlite:///{tmp_path / 'runs.db'}")
+    compatible = dict((e[0], e[1]) for e in EDITS)["change a sample's prompt"]
+    incompatible = dict((e[0], e[1]) for e in EDITS)["rename a local carried across yields"]
+
+    with http_server(source, env, *store) as url:  # two samples of the loop answered; the third asked
+        waiting, answers = anyio.run(_rounds, url, 3)
+    assert isinstance(waiting, types.InputRequiredResult)
+    source.write_text(incompatible)
+    with http_server(source, env, *store) as url:
+        refused, _ = anyio.run(_rounds, url, 1, waiting.request_state, answers)
+    text = refused.content[0].text
+    assert refused.is_error and "waits at point 'for/sample:reply'" in text and "no longer carries notes" in text
+    source.write_text(compatible)
+    with http_server(source, env, *store) as url:
+        done, _ = anyio.run(_rounds, url, 20, waiting.request_state, answers)
+    assert not done.is_error, done
+    assert done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
+
+
+# -- migrations ----------------------------------------------------------------------------------------------
+
+MIGRATED = "plan_migrated"  # a module of its own: its migrations are registered for it alone
+RENAMED = dict((e[0], e[1]) for e in EDITS)["rename a local carried across yields"]
+CLIENT_POINTS = ["for/sample:reply", "if:then/branch:draft", "while/elicit:pick", "try:body/sample:final"]
+
+
+def with_migration(source: str, body: str, points: list[str] = CLIENT_POINTS, to: str | None = None) -> str:
+    """`source` with a migration of the client, `migration(old)` whose body is `body`, for each of `points`."""
+    target = "" if to is None else f", to={to!r}"
+    lines = [f"@plan.migrate({point!r}{target})" for point in points]
+    return source + "\n\n" + "\n".join(lines) + "\ndef migration(old):\n" + textwrap.indent(body, "    ") + "\n"
+
+
+@pytest.fixture(scope="module")
+def saved_for_migrations() -> list[str]:
+    old = load_source(BASE, MIGRATED, f"{MIGRATED}.py")
+    return [drive(old, stop) for stop in range(STOPS)]
+
+
+def test_a_migration_moves_runs_a_changed_point_would_strand(saved_for_migrations) -> None:
+    new = load_source(with_migration(RENAMED, 'old["items"] = old.pop("notes")\nreturn old'), MIGRATED, "m.py")
+    fresh = drive(new)
+    for stop, text in enumerate(saved_for_migrations):
+        assert drive(new, text=text) == fresh, stop
+
+
+def test_a_migration_moves_runs_to_a_point_of_another_name(saved_for_migrations) -> None:
+    source = dict((e[0], e[1]) for e in EDITS)["rename the variable a sample's reply goes to"]
+    migrated = with_migration(source, "return old", ["for/sample:reply"], to="for/sample:answer")
+    new = load_source(migrated, MIGRATED, "m.py")
+    assert drive(new, text=saved_for_migrations[1]) == drive(new)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("return None", "returned NoneType, not a dict of variables by name"),
+        ('return {**old, "evil": 1}', "returned evil, notes, which plan_migrated:client does not keep at point"),
+        ('raise KeyError("notes")', "raised KeyError: 'notes'"),
+        ('old["items"] = {}\ndel old["notes"]\nreturn old', "cannot put there"),
+    ],
+)
+def test_a_migration_that_fails_refuses_the_run_naming_itself(saved_for_migrations, body, problem) -> None:
+    new = load_source(with_migration(RENAMED, body), MIGRATED, "m.py")
+    with pytest.raises(RunStateError) as caught:
+        drive(new, text=saved_for_migrations[5])  # waits on the form
+    text = str(caught.value)
+    assert "waits at point 'while/elicit:pick'" in text and "migration migration (plan_migrated:client" in text, text
+    assert problem in text, text
+
+
+def test_a_migration_to_a_point_the_function_lacks_is_refused_when_the_module_loads() -> None:
+    with pytest.raises(ToolDefinitionError) as caught:
+        load_source(with_migration(RENAMED, "return old", ["while/elicit:pick"], to="nowhere"), "plan_bad", "b.py")
+    assert "migrate(..., to='nowhere'): client has no such point; its points are" in str(caught.value)
+    assert "while/elicit:pick" in str(caught.value)
+
+
+def test_a_run_compatible_as_it_is_is_not_migrated(saved_for_migrations) -> None:
+    comment = dict((e[0], e[1]) for e in EDITS)["edit a comment"]
+    new = load_source(with_migration(comment, 'raise AssertionError("not for this run")'), MIGRATED, "m.py")
+    assert drive(new, text=saved_for_migrations[5]) == drive(new)
