@@ -346,3 +346,98 @@ def test_a_point_with_a_migration_strands_nothing(folders) -> None:
     assert {line["verdict"] for line in client} == {"needs a migration"} and report["stranded"] == 0
     assert all(line["migration"] == "notes_to_items" for line in client), client
     assert "migrated by notes_to_items" in client[0]["detail"]
+
+
+# -- edits of the example tools ------------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tools"
+
+# (example file, what the edit is, (old, new) text pairs, {function: default verdict}, {(function, point): verdict})
+EXAMPLE_EDITS: list[tuple[str, str, tuple[str, ...], dict[str, str], dict[tuple[str, str], str]]] = [
+    ("pick_card.py", "reword the question", ('f"Pick a card (1-{len(cards)}): {hand}"', 'f"Which card (1-{len(cards)})? {hand}"'),
+     {"client": C}, {}),
+    ("pick_card.py", "widen the form's bounds", ("le=10, description", "le=52, description"), {},
+     {("client", "while/elicit:pick_card"): M}),
+    ("pick_card.py", "rename a local carried across the form", ("ask", "prompt_text"), {"client": C},
+     {("client", "while/elicit:pick_card"): M, ("client", "while/log"): M}),
+    ("pick_card.py", "let the analysis inherit the history", ("inherit_messages=False", "inherit_messages=True"),
+     {"client": C}, {}),
+    ("book_flight.py", "drop the retry warning",
+     ('        yield ctx.log("warning", f"Unknown flight id {choice.content.flight_id!r}")\n', ""),
+     {"client": C}, {("client", "while/log"): R}),
+    ("book_flight.py", "rename the listing", ("listing", "table"), {"client": M}, {}),
+    ("tictactoe.py", "reword the model's prompt", ("Pick a move. Board:", "Choose a square. Board:"),
+     {"tictactoe": C}, {}),
+    ("research.py", "reword a progress note", ('"Combining the findings"', '"Combining what was found"'),
+     {"research": C}, {}),
+    ("research.py", "ask each angle in more detail", ("Summarize in one paragraph.", "Summarize in two paragraphs."),
+     {"investigate": C}, {}),
+    ("git_diff.py", "log the size in lines", ("characters of diff", "characters of the diff"), {"client": C}, {}),
+]  # fmt: skip
+
+
+def example_manifest(name: str, source: str) -> dict[str, Any]:
+    compiled = compile_module(source, str(EXAMPLES / name))
+    return {"modules": {name[:-3]: {"functions": [f.manifest() for f in compiled.functions]}}}
+
+
+@pytest.mark.parametrize(
+    ("name", "what", "pairs", "defaults", "points"), EXAMPLE_EDITS, ids=[e[1] for e in EXAMPLE_EDITS]
+)
+def test_an_edit_of_an_example_gets_its_verdict_at_every_point(name, what, pairs, defaults, points) -> None:
+    source = (EXAMPLES / name).read_text()
+    edited = source
+    for old, new in zip(pairs[::2], pairs[1::2], strict=True):
+        assert old in edited, old
+        edited = edited.replace(old, new)
+    before = example_manifest(name, source)
+    report = compare(before, example_manifest(name, edited))
+    got = {(line.function, line.point): line.verdict for line in report if line.verdict != "added"}
+    functions = before["modules"][name[:-3]]["functions"]
+    expected = {
+        (f["qualname"], s["point"]): points.get((f["qualname"], s["point"]), defaults.get(f["qualname"], U))
+        for f in functions
+        for s in f["suspensions"]
+    }
+    assert got == expected, what
+
+
+# -- edits of the example workflow ---------------------------------------------------------------------------
+
+WORKFLOW = EXAMPLES.parent / "workflows" / "chain_of_thought.yaml"
+STEPS = ["decompose", "reason", "synthesize", "review"]
+
+# (what the edit is, (old, new) text pairs, {step: verdict}, the steps only the new workflow has)
+WORKFLOW_EDITS: list[tuple[str, tuple[str, ...], dict[str, str], set[str]]] = [
+    ("reword a step's instruction", ("Provide a detailed analysis and approach.", "Analyse it in depth."),
+     dict.fromkeys(STEPS, U), set()),
+    ("add a step", ("    - id: synthesize\n", "    - id: check\n      instruction: Check the analyses.\n      save: checked\n\n"
+                    "    - id: synthesize\n"), dict.fromkeys(STEPS, C), {"check"}),
+    ("rename a step", ("id: synthesize", "id: combine", "goto: synthesize", "goto: combine"),
+     {**dict.fromkeys(STEPS, C), "synthesize": R}, {"combine"}),
+    ("change the review form", ("What to improve", "What to change"), {**dict.fromkeys(STEPS, U), "review": M}, set()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "pairs", "verdicts", "added"), WORKFLOW_EDITS, ids=[e[0] for e in WORKFLOW_EDITS])
+def test_a_workflow_edit_gets_its_verdict_at_each_step(tmp_path, monkeypatch, what, pairs, verdicts, added) -> None:
+    from branchc.workflows import workflow_build
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    text = WORKFLOW.read_text()
+    builds = []
+    for name, source in (("old", text), ("new", edit_text(text, pairs))):
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / WORKFLOW.name
+        path.write_text(source)
+        builds.append(json.loads((workflow_build(path) / "branchc.json").read_text()))
+    report = compare(*builds)
+    assert {line.point: line.verdict for line in report if line.verdict != "added"} == verdicts, what
+    assert {line.point for line in report if line.verdict == "added"} == added
+
+
+def edit_text(text: str, pairs: tuple[str, ...]) -> str:
+    for old, new in zip(pairs[::2], pairs[1::2], strict=True):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text

@@ -108,7 +108,7 @@ def test_a_large_run_packs_and_continues_where_it_was(loop: Any) -> None:
     machine.release()
     assert text.count(MESSAGE) == 1  # named once, however many messages
     data = json.loads(text)
-    assert data["branchc_run"] == 2 and list(data["graph"])[:2] == ["classes", "shapes"]  # the tables on top
+    assert data["branchc_run"] == 3 and list(data["graph"])[:2] == ["classes", "shapes"]  # the tables on top
     assert ["role", "content"] in data["graph"]["shapes"]
     packed = pack_run(text)
     assert packed.startswith(PACKED) and packed.isascii() and json.dumps(packed) == f'"{packed}"'  # nothing escaped
@@ -197,7 +197,7 @@ def test_a_snapshot_names_each_class_once_and_resumes(loop: Any) -> None:
     generator = module.counter(3)
     next(generator)
     data = snapshot(generator)
-    assert data["branchc"] == 2
+    assert data["branchc"] == 3
     again = resume(json.loads(json.dumps(data)))
     assert again.send(5) == 1
 
@@ -284,15 +284,37 @@ def test_a_shape_naming_a_field_the_class_lacks_is_refused(loop: Any) -> None:
 def test_a_run_of_format_1_is_refused_with_a_clear_message(loop: Any) -> None:
     data = saved(loop)
     data["branchc_run"] = 1
-    text = refused(data, "format 1, written by an older branchc", "reads format 2 only")
+    text = refused(data, "format 1, written by an older branchc", "reads formats 2, 3 only")
     assert "make it again" in text
-    data["branchc_run"] = 3
-    refused(data, "format 3, written by a newer branchc")
-    for version in ("2", None, True, 2.0):
+    data["branchc_run"] = 4
+    refused(data, "format 4, written by a newer branchc")
+    for version in ("3", None, True, 3.0):
         data["branchc_run"] = version
-        refused(data, "expected the saved run as {'branchc_run': 2, ...}")
+        refused(data, "expected the saved run as {'branchc_run': 3, ...}")
     refused({"graph": {}}, "got no format version")
     refused([], "got no format version")
+
+
+def test_a_run_of_format_2_still_loads_where_it_was_saved(loop: Any) -> None:
+    # format 2 is format 3 without where each generator waits: it goes on in the code that saved it
+    data = saved(loop)
+    entries = [entry for entry in _entries(data) if entry.get("t") == "gen"]
+    assert entries and all({"point", "live"} <= entry.keys() for entry in entries)
+    for entry in entries:
+        for key in ("point", "live", "asks"):
+            entry.pop(key, None)
+    data["branchc_run"] = 2
+    handoff, machine = load_run(json.dumps(data))
+    assert machine.pending and handoff == saved(loop)["graph"]["roots"]["handoff"]
+    machine.release()
+
+
+def _entries(value: Any) -> list[dict]:
+    if isinstance(value, dict):
+        return [value, *(entry for item in value.values() for entry in _entries(item))]
+    if isinstance(value, list):
+        return [entry for item in value for entry in _entries(item)]
+    return []
 
 
 def test_a_snapshot_of_format_1_is_refused_with_a_clear_message(loop: Any) -> None:

@@ -663,7 +663,7 @@ async def test_a_round_refuses_a_record_older_than_its_request_state_names(cache
 # -- runs cancel | resume run only the code the operator names ----------------------------------------------------
 
 
-def test_runs_cancel_loads_only_the_tools_given_and_refuses_another_build(tool, cache, tmp_path):
+def test_runs_cancel_loads_only_the_tools_given_and_refuses_a_build_that_cannot_take_the_run(tool, cache, tmp_path):
     marker, planted = tmp_path / "marker.txt", tmp_path / "planted.txt"
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     store = open_store(url, KEYS)
@@ -678,14 +678,14 @@ def test_runs_cancel_loads_only_the_tools_given_and_refuses_another_build(tool, 
     record = store.checkpoint(record.run_id, 1, meta=dataclasses.replace(record.meta, extra=extra))
     store.close()
     env = {"BRANCHC_CACHE": cache, "BRANCHC_STATE_KEY": KEY}
-    # another build of the tool (its code changed): refused, naming the run and the build it was served from
+    # another build of the tool, where what the run carries at its point changed: refused, naming the run and the point
     changed = tmp_path / "changed" / "sealed_tools.py"
     changed.parent.mkdir()
-    changed.write_text(TOOL_FILE.read_text().replace('"finally")', '"finally (changed)")'))
+    changed.write_text(TOOL_FILE.read_text().replace("kept", "held"))
     other = runs_cli("cancel", record.run_id, "--tools", str(changed), "--store", url, env=env)
     assert other.returncode == 1, other.stderr
-    assert f"stored run {record.run_id!r} of tool {NAME!r} was saved by another build" in other.stderr
-    assert f"served from {attack}" in other.stderr and lines(marker) == []
+    assert f"stored run {record.run_id!r} cannot be loaded to end it" in other.stderr
+    assert "waits at point" in other.stderr and "no longer carries kept" in other.stderr and lines(marker) == []
     done = runs_cli("cancel", record.run_id, "--tools", str(TOOL_FILE), "--store", url, "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "cancelled"

@@ -238,7 +238,8 @@ def {workflow.name}(
 
 def _ask(step: Step) -> tuple[Any, bool, str]:
     """(lines that yield the step's question given the template values' expression, whether the form
-    wraps one value, the form class's source)."""
+    wraps one value, the form class's source). Each yield is pinned as the point of its step's id (splitter/
+    points.py), so a run waits at a point named after its step whatever the generated code around it."""
     system = f", system_prompt=W.render({step.id!r}, 'system_prompt', saved)" if step.system_prompt else ""
     tokens = f", max_tokens={step.max_tokens}" if step.max_tokens != 1024 else ""
     schema = "" if step.schema_ is None else f" + W.schema_prompt({step.id!r})"
@@ -246,7 +247,9 @@ def _ask(step: Step) -> tuple[Any, bool, str]:
         form, wrapped = _form_class(step)
         name = form.split("(", 1)[0].removeprefix("class ")
         return (
-            lambda values: [f"reply = yield ctx.elicit({step.id!r}, message=question, schema={name})"],
+            lambda values: [
+                f"reply = yield ctx.elicit({step.id!r}, message=question, schema={name})  # point: {step.id}"
+            ],
             wrapped,
             form,
         )
@@ -254,11 +257,16 @@ def _ask(step: Step) -> tuple[Any, bool, str]:
         return (
             lambda values: [
                 f"reply = yield ctx.sample(messages=[{{'role': 'user', 'content': question{schema}}}]{system}{tokens})"
+                f"  # point: {step.id}"
             ],
             False,
             "",
         )
-    return (lambda values: [f"reply = yield ctx.sample(prompt=question{schema}{system}{tokens})"], False, "")
+    return (
+        lambda values: [f"reply = yield ctx.sample(prompt=question{schema}{system}{tokens})  # point: {step.id}"],
+        False,
+        "",
+    )
 
 
 def _goto(step: Step, following: str | None, indent: str) -> list[str]:
