@@ -655,7 +655,8 @@ def runs_list(
     as_json: JsonOption = False,
     state_key: StateKeyOption = None,
 ) -> None:
-    """The runs in the store, latest first: tool, owner, era, status, age, where each branch waits, what it asks."""
+    """The runs in the store, latest first: tool, the build that saved it (its code hash), owner, era, status, age,
+    where each branch waits (function, line and point), what it asks."""
     import time
 
     from rich.table import Table
@@ -675,16 +676,20 @@ def runs_list(
         err.print(f"no runs in {escape(store.url)}{' of that kind' if status or tool_name else ''}")
         return
     table = Table(title=f"runs in {escape(store.url)}", title_justify="left")
-    for column in ("run", "tool", "owner", "era", "status", "age", "expires in", "waits at", "pending"):
+    for column in ("run", "tool", "build", "owner", "era", "status", "age", "expires in", "waits at", "pending"):
         table.add_column(column, overflow="fold")
     for record in records:
         waits = "\n".join(
-            f"{w.function}:{w.line}" + (f" [dim]({w.branch})[/]" if w.branch != "0" else "") for w in record.meta.waits
+            f"{w.function}:{w.line}"
+            + (f" {escape(w.point)}" if w.point else "")
+            + (f" [dim]({w.branch})[/]" if w.branch != "0" else "")
+            for w in record.meta.waits
         )
         pending = "\n".join(f"{p.get('kind', '?')}: {escape(str(p.get('summary', '')))}" for p in record.meta.pending)
         table.add_row(
             record.run_id[:12],
             escape(record.tool),
+            record.meta.code_hash[:8] or "[dim]-[/]",
             escape(record.owner) if record.owner is not None else "[dim]-[/]",
             escape(record.meta.era),
             record.status,
@@ -849,8 +854,8 @@ def runs_gc(
             "--tools",
             metavar="PATH",
             help="First end the expired waiting runs of these tools (sources or a build folder, as `branchc serve "
-            "PATH` takes them): each one's finally blocks run once, here. Runs of other tools or another build are "
-            "left.",
+            "PATH` takes them): each one's finally blocks run once, here. Runs of other tools, or of another build "
+            "whose points these tools cannot take, are left.",
         ),
     ] = None,
     store_url: StoreOption = None,
@@ -910,6 +915,51 @@ def runs_gc(
         ident = escape(done.record.run_id)
         err.print(f"[red bold]error:[/] run {ident} ended, but its cleanup failed: {escape(failure)}")
     if failures:
+        raise typer.Exit(1)
+
+
+@runs_app.command("migrate")
+def runs_migrate(
+    to: Annotated[
+        Path,
+        typer.Option(
+            "--to",
+            metavar="PATH",
+            help="The tools to move the waiting runs to: sources or a build, as `branchc serve PATH` takes them.",
+        ),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would move, and what could not; write nothing.")
+    ] = False,
+    store_url: StoreOption = None,
+    as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
+) -> None:
+    """Move the waiting runs another build saved to the build of --to, ahead of their next round, where their points
+    allow (or an author's migration does; `branchc compat` tells which). Safe while servers run: each run is a
+    compare-and-swap. Exit 1 when a run of these tools cannot move: it is left as it was, and named."""
+    import dataclasses
+
+    from rich.table import Table
+
+    from .bridge.runs import load_tools, migrate_runs
+
+    with _runs_store(store_url, state_key) as store:
+        done = migrate_runs(store, load_tools(to), dry_run=dry_run)
+    refused = [entry for entry in done if entry.outcome == "refused"]
+    if as_json:
+        _print_json([dataclasses.asdict(entry) for entry in done])
+    elif not done:
+        err.print(f"no waiting runs of the tools in {escape(str(to))}")
+    else:
+        table = Table(title=f"waiting runs -> {escape(str(to))}", title_justify="left")
+        for column in ("run", "tool", "outcome", "detail"):
+            table.add_column(column, overflow="fold")
+        for entry in done:
+            table.add_row(entry.run_id[:12], escape(entry.tool), entry.outcome, escape(entry.detail))
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
+    if refused:
+        err.print(f"{len(refused)} run(s) cannot move to this build: write a migration, or keep serving their build")
         raise typer.Exit(1)
 
 

@@ -10,13 +10,16 @@ runs both). Where one is not, loading it is refused, naming that point, and noth
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from typing import Any
 
 import anyio
 import mcp.types as types
 import pytest
-from _bridge_support import http_server
+from _bridge_support import KEYS, http_server
 from mcp import Client
 from test_compat import BASE, EDITS, manifest
 
@@ -25,6 +28,7 @@ from branchc.runtime.machine import Machine
 from branchc.runtime.runstate import RunStateError, dump_run, load_run
 from branchc.splitter import load_source
 from branchc.splitter.compat import compare
+from branchc.store import open_store
 
 MODULE = "plan_deployed"  # both builds load under one name, as a deploy replaces the module
 STOPS = 8  # the places a run of BASE waits: 3 samples, 2 in the branch, 2 forms, 1 last sample
@@ -304,3 +308,48 @@ def test_a_run_compatible_as_it_is_is_not_migrated(saved_for_migrations) -> None
     comment = dict((e[0], e[1]) for e in EDITS)["edit a comment"]
     new = load_source(with_migration(comment, 'raise AssertionError("not for this run")'), MIGRATED, "m.py")
     assert drive(new, text=saved_for_migrations[5]) == drive(new)
+
+
+# -- `branchc runs migrate` -----------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("state_key_in_env")
+def test_runs_migrate_moves_waiting_runs_ahead_of_their_next_round(tmp_path) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    source = folder / "plan_tool.py"
+    source.write_text(BASE)
+    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with http_server(source, env, "--store", url) as served:
+        waiting, answers = anyio.run(_rounds, served, 3)
+    store = open_store(url, KEYS)
+    (before,) = store.list(status="waiting")
+    env = {**os.environ, **env}
+
+    def migrate(*options: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "branchc", "runs", "migrate", "--to", str(source), "--store", url, "--json"]
+        return subprocess.run([*command, *options], env=env, capture_output=True, text=True, timeout=120)
+
+    source.write_text(RENAMED)  # what the run carries changed, and no migration: it cannot move
+    refused = migrate()
+    assert refused.returncode == 1, refused.stderr
+    (entry,) = json.loads(refused.stdout)
+    assert entry["outcome"] == "refused" and "waits at point 'for/sample:reply'" in entry["detail"]
+    assert store.load(before.run_id).version == before.version  # left as it was
+    source.write_text(dict((e[0], e[1]) for e in EDITS)["change a sample's prompt"])
+    dry = migrate("--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert [e["outcome"] for e in json.loads(dry.stdout)] == ["would move"]
+    assert store.load(before.run_id).version == before.version
+    moved = migrate()
+    assert moved.returncode == 0, moved.stderr
+    assert [e["outcome"] for e in json.loads(moved.stdout)] == ["moved"]
+    after = store.load(before.run_id)
+    assert after.version == before.version + 1 and after.meta.code_hash != before.meta.code_hash
+    assert after.meta.extra["round"] == before.meta.extra["round"] and after.saved != before.saved
+    assert [e["outcome"] for e in json.loads(migrate().stdout)] == ["current"]
+    store.close()
+    with http_server(source, env, "--store", url) as served:  # the client's next round goes on in the new build
+        done, _ = anyio.run(_rounds, served, 20, waiting.request_state, answers)
+    assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}

@@ -154,6 +154,7 @@ def test_list_shows_each_run_where_it_waits_and_what_it_asks(served, db):
     by_tool = {entry["tool"]: entry for entry in listed}
     entry = by_tool["cleanup_nested"]
     assert entry["run_id"] == nested and entry["status"] == "waiting" and entry["era"] == "2026-07-28"
+    assert entry["code_hash"][:8] in table and "try:body/yield from:ask_all" in table  # its build, and its point
     assert entry["waits"] == [
         {
             "branch": "0.1",

@@ -276,6 +276,17 @@ def run_meta(era: str, tool: Tool, machine: Machine, **fields: Any) -> RunMeta:
     )
 
 
+def moved_meta(meta: RunMeta, tool: Tool, machine: Machine) -> RunMeta:
+    """A waiting run's metadata once it is saved by `tool`'s build (`branchc runs migrate`): the code hash, the
+    format, where each branch waits and the build change; its era, round and answers stay."""
+    from ..continuation.snapshots import VERSION
+
+    extra = {**meta.extra, "build": tool_build(tool)}
+    return dataclasses.replace(
+        meta, run_format=VERSION, code_hash=tool_code_hash(tool), waits=_waits(machine), extra=extra
+    )
+
+
 def store_guided_runs(runs: Any, tools: Any) -> Any:
     """Guided runs (a GuidedRuns over StoreWaitingRuns) whose records carry run_meta, checked on every take."""
     runs.describe = lambda machine: run_meta("guided", tools[machine.tool], machine)

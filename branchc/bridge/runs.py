@@ -34,11 +34,11 @@ from typing import Any
 from ..runtime.client import Client
 from ..runtime.driver import Event, resume_tool
 from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityError, RunTakenOverError
-from ..runtime.runstate import RunStateError, load_run
+from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
 from ..store.keys import KeyRing
-from .durable import serving_store, stored_response
+from .durable import moved_meta, serving_store, stored_response, tool_code_hash
 from .held import HeldRun
 from .holder import describe_holder, holder_alive
 from .results import describe_failure, error_result, result_of
@@ -334,3 +334,54 @@ def _tool(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
             f"checked against it: it cannot be loaded here"
         )
     return tool
+
+
+@dataclasses.dataclass
+class Migrated:
+    """What `migrate_runs` did with one waiting run: moved (or would move), left as it was, or refused."""
+
+    run_id: str
+    tool: str
+    outcome: str  # "moved", "would move", "current" (saved by these tools already), "refused", "skipped"
+    detail: str = ""
+
+
+def migrate_runs(store: RunStore, tools: Mapping[str, Tool], *, dry_run: bool = False) -> list[Migrated]:
+    """Move the waiting runs of `tools` that another build saved to these tools ahead of their next round: each is
+    loaded with these tools' code (moving each generator where its point allows, or through the author's
+    migration: continuation/snapshots.py), saved again and written back by compare-and-swap, so a server that
+    continued it meanwhile wins and nothing is lost. A run held live by a process, or that cannot move, is left as
+    it was, and said why. `dry_run`: the same, writing nothing."""
+    out: list[Migrated] = []
+    for record in store.list(status="waiting", limit=10**9):
+        tool = tools.get(record.tool)
+        if tool is None:
+            continue  # not a run of these tools
+        run = record.run_id
+        if record.meta.code_hash == tool_code_hash(tool):
+            out.append(Migrated(run, record.tool, "current"))
+            continue
+        held = record.meta.extra.get("held")
+        if held and holder_alive(held) is not False:
+            out.append(Migrated(run, record.tool, "skipped", f"held live by {describe_holder(held)}"))
+            continue
+        try:
+            handoff, machine = load_run(record.saved)
+        except RunStateError as error:
+            out.append(Migrated(run, record.tool, "refused", str(error)))
+            continue
+        try:
+            text = dump_run(handoff, machine)
+            meta = moved_meta(record.meta, tool, machine)
+        finally:
+            machine.release()  # a copy: its cleanup is the run's own, where it really ends
+        if dry_run:
+            out.append(Migrated(run, record.tool, "would move", f"from code hash {record.meta.code_hash}"))
+            continue
+        try:
+            store.checkpoint(run, record.version, saved=text, meta=meta)
+        except (StaleRunError, RunNotFoundError):
+            out.append(Migrated(run, record.tool, "skipped", "it moved on meanwhile (a server continued or ended it)"))
+            continue
+        out.append(Migrated(run, record.tool, "moved", f"from code hash {record.meta.code_hash}"))
+    return out
