@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -353,3 +354,87 @@ def test_runs_migrate_moves_waiting_runs_ahead_of_their_next_round(tmp_path) -> 
     with http_server(source, env, "--store", url) as served:  # the client's next round goes on in the new build
         done, _ = anyio.run(_rounds, served, 20, waiting.request_state, answers)
     assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
+
+
+async def _guided(url: str, rounds: int, shown: dict | None = None) -> Any:
+    """Up to `rounds` calls in guided mode (a client that can neither sample nor elicit): the tool, or from the
+    waiting run `shown`, `branchc_resume` with each request answered (a sample "x", a form {"pick": 1})."""
+    async with Client(url, mode="2026-07-28") as client:
+        for _ in range(rounds):
+            if shown is None:
+                result = await client.session.call_tool("plan", {"topic": "t"})
+            else:
+                keys = [request["key"] for request in shown["requests"]]
+                answers = {key: "x" if key.startswith("sample") else {"pick": 1} for key in keys}
+                arguments = {"state_id": shown["state_id"], "answers": answers}
+                result = await client.session.call_tool("branchc_resume", arguments)
+            shown = result.structured_content or {}
+            if shown.get("status") != "waiting_for_answers":
+                return result
+        return result
+
+
+@pytest.mark.usefixtures("state_key_in_env")
+def test_a_guided_run_goes_on_after_a_deploy(tmp_path) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    source = folder / "plan_tool.py"
+    source.write_text(BASE)
+    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    options = ("--guided", "--store", f"sqlite:///{tmp_path / 'runs.db'}")
+    with http_server(source, env, *options) as url:
+        waiting = anyio.run(_guided, url, 3)  # two samples of the loop answered
+    shown = waiting.structured_content
+    assert shown["status"] == "waiting_for_answers", shown
+    source.write_text(RENAMED)
+    with http_server(source, env, *options) as url:
+        refused = anyio.run(_guided, url, 1, shown)
+    assert refused.is_error and "waits at point 'for/sample:reply'" in refused.content[0].text
+    source.write_text(dict((e[0], e[1]) for e in EDITS)["change a sample's prompt"])
+    with http_server(source, env, *options) as url:  # the refused run waited on under the same state id
+        done = anyio.run(_guided, url, 20, shown)
+    assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
+
+
+async def _workflow_rounds(url: str, rounds: int, state: str | None = None, responses: dict | None = None) -> Any:
+    """Rounds of chain_of_thought over HTTP in the 2026-07-28 era: (the last result, its answers, the messages the
+    samples of these rounds ended with). Each sample is answered '["a"]' (one sub-task), the review form as good."""
+    asked: list[str] = []
+    async with Client(url, mode="2026-07-28", sampling_callback=_sample, elicitation_callback=_form) as client:
+        for _ in range(rounds):
+            result = await client.session.call_tool(
+                "chain_of_thought", {"problem": "p"}, request_state=state, input_responses=responses,
+                allow_input_required=True,
+            )  # fmt: skip
+            if not isinstance(result, types.InputRequiredResult):
+                return result, None, asked
+            responses = {}
+            for key, request in result.input_requests.items():
+                if isinstance(request, types.CreateMessageRequest):
+                    asked.append(request.params.messages[-1].content.text)
+                    text = types.TextContent(type="text", text='["a"]')
+                    responses[key] = types.CreateMessageResult(role="assistant", model="m", content=text)
+                else:
+                    responses[key] = types.ElicitResult(action="accept", content={"good_enough": True})
+            state = result.request_state
+        return result, responses, asked
+
+
+@pytest.mark.usefixtures("state_key_in_env")
+def test_a_workflow_run_goes_on_at_its_step_after_a_deploy(tmp_path) -> None:
+    workflow = tmp_path / "flows" / "chain_of_thought.yaml"
+    workflow.parent.mkdir()
+    text = (Path(__file__).resolve().parent.parent / "examples" / "workflows" / "chain_of_thought.yaml").read_text()
+    workflow.write_text(text)
+    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    store = ("--store", f"sqlite:///{tmp_path / 'runs.db'}")
+    with http_server(workflow, env, *store) as url:  # the problem decomposed; the reasoning asked
+        waiting, answers, asked = anyio.run(_workflow_rounds, url, 2)
+    assert isinstance(waiting, types.InputRequiredResult) and "Focus on sub-task 1 of 1: a" in asked[-1]
+    step = "    - id: check\n      instruction: Check the analyses.\n      save: checked\n\n    - id: synthesize\n"
+    workflow.write_text(text.replace("    - id: synthesize\n", step))  # a step added after the one that waits
+    with http_server(workflow, env, *store) as url:
+        done, _, asked = anyio.run(_workflow_rounds, url, 10, waiting.request_state, answers)
+    assert not done.is_error, done
+    assert done.structured_content["status"] == "complete" and done.structured_content["result"] == '["a"]'
+    assert [prompt.split("\n", 1)[0] for prompt in asked] == ["Check the analyses.", "Review all previous analyses:"]

@@ -454,3 +454,30 @@ async def _quietly(coroutine: Any) -> None:
     """Run a client whose server is killed under it: how the SDK's client then fails is not this test's."""
     with contextlib.suppress(Exception):
         await coroutine
+
+
+async def test_a_crashed_handshake_run_resumes_on_a_new_build_where_its_point_allows(cache, db, tmp_path):
+    log = tmp_path / "log.txt"
+    port = free_port()
+    with serve(cache, db, port) as process:
+
+        async def crash() -> None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+        await waiting_at(f"http://127.0.0.1:{port}/mcp", {"rounds": 4, "log": str(log)}, 2, crash)
+    run_id = only_run(db).run_id
+    changed = tmp_path / "deployed" / TOOL_FILE.name
+    changed.parent.mkdir()
+    source = TOOL_FILE.read_text()
+    resume = ("runs", "resume", run_id, "--tools", str(changed), "--store", db)
+    answers = ("--responses", str(responses_file(tmp_path, 2, 4)))
+    changed.write_text(source.replace("answers", "collected"))  # what it carries changed: refused, it waits on
+    refused = branchc(*resume, *answers, cache=cache)
+    assert refused.returncode == 1 and "waits at point 'try:body/for/if:then/sample:reply'" in refused.stderr
+    assert only_run(db).status == "waiting" and lines(log) == ["step 0", "step 1"]
+    changed.write_text(source.replace("    answers = []\n", "    answers = []  # what the user said, in order\n"))
+    done = branchc(*resume, *answers, cache=cache)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected(4)  # what an uninterrupted run of either build gives
+    assert lines(log) == ["step 0", "step 1", "step 2", "step 3", "finally", "after"]
