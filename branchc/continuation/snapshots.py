@@ -709,9 +709,12 @@ def _generator(entry: dict, child, path: str, allowed: frozenset[str] | None, ma
     try:
         meta = lookup(entry["fn"], entry["hash"], allowed)
     except SnapshotError as error:
-        if state != "suspended" or "point" not in entry:
+        if state == "suspended" and "point" in entry:
+            meta, label, variables, migration = _moved(entry, allowed, path)
+        elif state != "suspended":
+            meta, variables = _moved_unstarted(entry, allowed, path, error)
+        else:
             raise SnapshotError(f"{path}.{error}") from None
-        meta, label, variables, migration = _moved(entry, allowed, path)
         moved = True
     if state == "suspended" and (type(label) is not int or label not in meta.sites):
         raise SnapshotDataError(f"{path}.label", f"{meta.ref} has no suspension point {_show(label)}")
@@ -816,6 +819,26 @@ def _moved(
             f"{point!r} ({', '.join(made)}): {migration.describe()} cannot move it"
         )
     return meta, label, variables, migration
+
+
+def _moved_unstarted(
+    entry: dict, allowed: frozenset[str] | None, path: str, error: SnapshotError
+) -> tuple[FunctionMeta, dict[str, Any]]:
+    """A generator of another build not started yet (its variables: its arguments), or finished (none), moved to
+    this one where its function takes the same parameters (or more, each with a literal default, which it
+    gets); else the SnapshotError of the code it names."""
+    try:
+        meta = current(entry["fn"], allowed)
+    except SnapshotError:
+        raise SnapshotError(f"{path}.{error}") from None
+    variables = dict(entry["vars"])
+    if entry["state"] == "created":
+        params = _restorable_at(meta, "created", None)
+        missing = params - variables.keys()
+        if variables.keys() - params or not missing <= meta.defaults.keys():
+            raise SnapshotError(f"{path}.{error}; this build's {meta.ref} takes other parameters") from None
+        variables.update({name: meta.defaults[name] for name in missing})
+    return meta, variables
 
 
 def _incompatible(entry: dict, meta: FunctionMeta, label: int, old: dict[str, str], new: dict[str, str]) -> str | None:
