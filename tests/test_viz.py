@@ -20,7 +20,7 @@ from branchc.runtime import run_tool
 from branchc.runtime.loader import load_tool
 from branchc.runtime.testing import MockClient
 from branchc.viz.graph import GraphError, load_manifest, overlay_trace, split_graph
-from branchc.viz.render import to_dot, to_html, to_mermaid
+from branchc.viz.render import node_lines, to_dot, to_html, to_mermaid
 from branchc.viz.trace import TraceError, TraceRecorder, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +100,8 @@ def test_states_carry_their_source_lines_live_variables_and_effects() -> None:
     assert node[("client", 3)]["at"][0] == elicit
     assert node[("client", 3)]["effect"] == {"kind": "elicit", "key": "pick_card", "targets": []}
     assert node[("client", 3)]["live"] == ["analysis", "ask", "cards", "ctx", "number"]
+    assert node[("client", 3)]["point"] == "while/elicit:pick_card" and node[("client", 0)]["point"] is None
+    assert "point while/elicit:pick_card" in node_lines(node[("client", 3)])  # drawn: the name migrations use
     assert elicit in node[("client", 3)]["lines"] and elicit in node[("client", 2)]["lines"]
     assert node[("client", 2)]["effect"] == {"kind": "branch", "targets": ["analyze_cards"]}
     assert node[("analyze_cards", 0)]["lines"] == [sample]

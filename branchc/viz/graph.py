@@ -180,6 +180,7 @@ class _Builder:
                 ranges=_ranges(lines),
                 source=self.sources.text(function.source, lines),
                 live=suspension["live"] if suspension else [],
+                point=suspension.get("point") if suspension else None,
                 effect=suspension.get("effect", {}) if suspension else {},
                 at=suspension["span"][:2] if suspension else [entry["line"], 1],
             )

@@ -89,6 +89,8 @@ def node_lines(data: dict[str, Any]) -> list[str]:
     else:
         title = "start" if data["state"] == 0 else f"state {data['state']}"
         lines = [f"{title}  ·  lines {data['ranges']}" if data["ranges"] else title]
+        if data.get("point"):  # the name a waiting run is known by across builds (`branchc compat`, migrations)
+            lines.append(f"point {data['point']}")
         if data["live"]:
             names = list(dict.fromkeys(map(readable, data["live"])))
             lines += _wrap([f"carries: {names[0]}", *names[1:]])
