@@ -1004,7 +1004,7 @@ def compat(
     from rich.table import Table
 
     from .splitter.build import BuildError
-    from .splitter.compat import STRANDING, compare
+    from .splitter.compat import STRANDING, compare, with_waiting
     from .splitter.manifests import manifest_at, manifest_of
 
     try:
@@ -1020,7 +1020,8 @@ def compat(
     lines = compare(before, after)
     if store_url is not None:
         with _runs_store(store_url, state_key) as store:
-            lines = _count_waiting(lines, store.list(status="waiting", limit=10**9))
+            records = store.list(status="waiting", limit=10**9)
+        lines = with_waiting(lines, [(r.tool, w.function, w.point) for r in records for w in r.meta.waits])
     stranded = [
         line
         for line in lines
@@ -1044,29 +1045,6 @@ def compat(
     if stranded:
         err.print(f"{len(stranded)} point(s) would strand runs: write a migration, or keep serving the old build")
         raise typer.Exit(1)
-
-
-def _count_waiting(lines: list[Any], records: list[Any]) -> list[Any]:
-    """The report's lines with the runs waiting at each point (matched by tool, function and point)."""
-    import dataclasses
-
-    counts: dict[tuple[str, str, str], int] = {}
-    for record in records:
-        for wait in record.meta.waits:
-            key = (record.tool, wait.function, wait.point)
-            counts[key] = counts.get(key, 0) + 1
-    out = []
-    for line in lines:
-        if line.verdict == "added":
-            out.append(line)
-            continue
-        mine = sum(
-            n
-            for (tool, function, point), n in counts.items()
-            if function == line.function and point == line.point and line.tool in (None, tool)
-        )
-        out.append(dataclasses.replace(line, waiting=mine))
-    return out
 
 
 def main() -> None:

@@ -441,3 +441,37 @@ def edit_text(text: str, pairs: tuple[str, ...]) -> str:
         assert old in text, old
         text = text.replace(old, new)
     return text
+
+
+def test_waiting_runs_are_counted_at_their_points_and_runs_without_points_strand() -> None:
+    from branchc.splitter.compat import with_waiting
+
+    report = compare(manifest(BASE), manifest(dict((e[0], e[1]) for e in EDITS)["remove a yield"]))
+    waits = [
+        ("plan", "client", "while/log"),
+        ("plan", "client", "while/log"),
+        ("plan", "client", ""),
+        ("x", "draft", ""),
+    ]
+    counted = {(line.function, line.point): line for line in with_waiting(report, waits)}
+    assert counted[("client", "while/log")].waiting == 2 and counted[("client", "while/log")].verdict == "removed"
+    assert counted[("client", "for/sample:reply")].waiting == 0
+    unknown = counted[("client", "(unknown)")]
+    assert unknown.verdict == "removed" and unknown.waiting == 1 and "saved without its points" in unknown.detail
+    assert counted[("draft", "(unknown)")].tool == "x"
+
+
+def test_a_build_made_before_points_is_refused_with_the_fix(folders) -> None:
+    folder, env = folders
+    assert branchc("compile", "old", "-o", "old-build", cwd=folder, env=env).returncode == 0
+    manifest_file = folder / "old-build" / "branchc.json"
+    manifest = json.loads(manifest_file.read_text())
+    for entry in manifest["modules"].values():
+        for function in entry["functions"]:
+            for suspension in function["suspensions"]:
+                del suspension["point"]
+    manifest["compiler"] = "6"
+    manifest_file.write_text(json.dumps(manifest))
+    done = branchc("compat", "old-build", "new", cwd=folder, env=env)
+    assert done.returncode == 1 and "built by an older branchc (compiler 6)" in done.stderr
+    assert "compile its sources again" in done.stderr

@@ -438,3 +438,23 @@ def test_a_workflow_run_goes_on_at_its_step_after_a_deploy(tmp_path) -> None:
     assert not done.is_error, done
     assert done.structured_content["status"] == "complete" and done.structured_content["result"] == '["a"]'
     assert [prompt.split("\n", 1)[0] for prompt in asked] == ["Check the analyses.", "Review all previous analyses:"]
+
+
+@pytest.mark.usefixtures("state_key_in_env")
+def test_a_self_contained_request_state_goes_on_after_a_deploy(tmp_path) -> None:
+    """No store: the request_state is the whole run, sealed. A deploy (the same key) takes it where its point allows."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    source = folder / "plan_tool.py"
+    source.write_text(BASE)
+    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    with http_server(source, env, "--store", "none") as url:
+        waiting, answers = anyio.run(_rounds, url, 3)
+    source.write_text(RENAMED)
+    with http_server(source, env, "--store", "none") as url:
+        refused, _ = anyio.run(_rounds, url, 1, waiting.request_state, answers)
+    assert refused.is_error and "waits at point 'for/sample:reply'" in refused.content[0].text
+    source.write_text(dict((e[0], e[1]) for e in EDITS)["change a sample's prompt"])
+    with http_server(source, env, "--store", "none") as url:  # the same request_state, still good
+        done, _ = anyio.run(_rounds, url, 20, waiting.request_state, answers)
+    assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..continuation.points import by_role
 
-__all__ = ["VERDICTS", "Point", "compare", "points_of"]
+__all__ = ["VERDICTS", "Point", "compare", "points_of", "with_waiting"]
 
 VERDICTS = ("unchanged", "compatible", "needs a migration", "removed", "added")
 #: verdicts that leave a run waiting at the point with no way on, unless a migration takes it (the exit status)
@@ -140,3 +140,28 @@ def _fits(was: Iterable[str], now: Iterable[str]) -> bool:
     """Whether every value the old code could leave in a variable is one the new code accepts there."""
     now = set(now)
     return "*" in now or set(was) <= now
+
+
+def with_waiting(lines: list[Point], waits: Iterable[tuple[str, str, str]]) -> list[Point]:
+    """The report's lines with how many of `waits` (tool, function, point: one per waiting branch of a store's runs)
+    wait at each point; a run saved without its points (by a branchc before them) is a line of its own, removed:
+    it goes on only where the build that saved it is served."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for wait in waits:
+        counts[wait] = counts.get(wait, 0) + 1
+    out = []
+    for line in lines:
+        if line.verdict == "added":
+            out.append(line)
+            continue
+        mine = sum(
+            n
+            for (tool, function, point), n in counts.items()
+            if function == line.function and point == line.point and line.tool in (None, tool)
+        )
+        out.append(replace(line, waiting=mine))
+    for (tool, function, point), n in sorted(counts.items()):
+        if not point:
+            detail = "saved without its points (by an older branchc): it goes on only where its own build is served"
+            out.append(Point("-", function, "(unknown)", "removed", tool, detail=detail, waiting=n))
+    return out

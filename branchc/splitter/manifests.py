@@ -19,7 +19,19 @@ __all__ = ["manifest_at", "manifest_of"]
 def manifest_of(path: str | Path) -> dict[str, Any]:
     """The manifest of the build `path` is, or of its sources' build (compiled when they changed)."""
     folder = build_folder(path, warn=None)
-    return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    return _with_points(json.loads((folder / MANIFEST).read_text(encoding="utf-8")), folder)
+
+
+def _with_points(manifest: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`manifest`, refused (BuildError) when a build before suspension points made it: it has nothing to compare."""
+    for entry in (manifest.get("modules") or {}).values():
+        for function in entry.get("functions", ()):
+            if any("point" not in suspension for suspension in function.get("suspensions", ())):
+                raise BuildError(
+                    f"{folder}: built by an older branchc (compiler {manifest.get('compiler')}), whose manifest names "
+                    f"no suspension points; compile its sources again with this branchc (`branchc compile`)"
+                )
+    return manifest
 
 
 def manifest_at(path: str | Path, revision: str) -> dict[str, Any]:
@@ -37,7 +49,7 @@ def manifest_at(path: str | Path, revision: str) -> dict[str, Any]:
         if result.errors:
             shown = "\n".join(str(d) for d in result.errors[:10])
             raise BuildError(f"{inside} at {revision} does not compile:\n{shown}")
-        return json.loads((folder / "build" / MANIFEST).read_text(encoding="utf-8"))
+        return _with_points(json.loads((folder / "build" / MANIFEST).read_text(encoding="utf-8")), folder / "build")
 
 
 def _git(folder: Path, *args: str) -> bytes:
