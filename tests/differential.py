@@ -178,6 +178,25 @@ def _refusal_problem(generator: Any, mode: str, with_lines: tuple[int, ...]) -> 
     return ("snapshot not refused inside the with at line", with_lines), resumed
 
 
+def apply(generator: Any, op: tuple) -> tuple:
+    """One operation of a script on a generator, and what it gave: ("yield" | "closed" | "return", repr) or
+    ("raise", the exception described)."""
+    try:
+        if op[0] == "next":
+            return ("yield", repr(next(generator)))
+        if op[0] == "send":
+            return ("yield", repr(generator.send(op[1])))
+        if op[0] == "throw":
+            return ("yield", repr(generator.throw(getattr(builtins, op[1])(*op[2:]))))
+        if op[0] == "close":
+            return ("closed", repr(generator.close()))
+        raise AssertionError(op)
+    except StopIteration as stop:
+        return ("return", repr(stop.value))
+    except BaseException as error:
+        return ("raise", _exc(error))
+
+
 def trace(
     source: str,
     script: list[tuple],
@@ -211,22 +230,7 @@ def trace(
             else:
                 kept.append(generator)  # a raw copy shares the original's objects: let go of it at the end
             generator = resumed
-        try:
-            if op[0] == "next":
-                result = ("yield", repr(next(generator)))
-            elif op[0] == "send":
-                result = ("yield", repr(generator.send(op[1])))
-            elif op[0] == "throw":
-                error = getattr(builtins, op[1])(*op[2:])
-                result = ("yield", repr(generator.throw(error)))
-            elif op[0] == "close":
-                result = ("closed", repr(generator.close()))
-            else:
-                raise AssertionError(op)
-        except StopIteration as stop:
-            result = ("return", repr(stop.value))
-        except BaseException as error:
-            result = ("raise", _exc(error))
+        result = apply(generator, op)
         if problem is not None:
             result = ("snapshot", problem, result)
         out.append((op, result, [_logged(value) for value in log]))

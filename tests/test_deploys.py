@@ -187,6 +187,15 @@ def test_a_changed_form_is_refused_even_where_the_function_is_the_same(saved) ->
 # -- a deploy, as a client sees it ---------------------------------------------------------------------------
 
 
+def deployable(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The base tool's source in a folder of its own (a deploy rewrites it there), and the servers' environment."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    source = folder / "plan_tool.py"
+    source.write_text(BASE)
+    return source, {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+
+
 async def _sample(ctx: Any = None, params: Any = None) -> types.CreateMessageResult:
     return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="x"))
 
@@ -222,11 +231,7 @@ def test_a_deploy_over_http_lets_the_clients_next_round_go_on(tmp_path) -> None:
     """Served with a store; the server is stopped, its source replaced in the same folder (a deploy), and started
     again: the client's next round goes on in the new code where the point allows, is refused naming the point
     where it does not (the run waits on), and goes on once code that can take it is served again."""
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    source = folder / "plan_tool.py"
-    source.write_text(BASE)
-    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    source, env = deployable(tmp_path)
     store = ("--store", f"sqlite:///{tmp_path / 'runs.db'}")
     compatible = dict((e[0], e[1]) for e in EDITS)["change a sample's prompt"]
     incompatible = dict((e[0], e[1]) for e in EDITS)["rename a local carried across yields"]
@@ -316,11 +321,7 @@ def test_a_run_compatible_as_it_is_is_not_migrated(saved_for_migrations) -> None
 
 @pytest.mark.usefixtures("state_key_in_env")
 def test_runs_migrate_moves_waiting_runs_ahead_of_their_next_round(tmp_path) -> None:
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    source = folder / "plan_tool.py"
-    source.write_text(BASE)
-    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    source, env = deployable(tmp_path)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with http_server(source, env, "--store", url) as served:
         waiting, answers = anyio.run(_rounds, served, 3)
@@ -376,11 +377,7 @@ async def _guided(url: str, rounds: int, shown: dict | None = None) -> Any:
 
 @pytest.mark.usefixtures("state_key_in_env")
 def test_a_guided_run_goes_on_after_a_deploy(tmp_path) -> None:
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    source = folder / "plan_tool.py"
-    source.write_text(BASE)
-    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    source, env = deployable(tmp_path)
     options = ("--guided", "--store", f"sqlite:///{tmp_path / 'runs.db'}")
     with http_server(source, env, *options) as url:
         waiting = anyio.run(_guided, url, 3)  # two samples of the loop answered
@@ -443,11 +440,7 @@ def test_a_workflow_run_goes_on_at_its_step_after_a_deploy(tmp_path) -> None:
 @pytest.mark.usefixtures("state_key_in_env")
 def test_a_self_contained_request_state_goes_on_after_a_deploy(tmp_path) -> None:
     """No store: the request_state is the whole run, sealed. A deploy (the same key) takes it where its point allows."""
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    source = folder / "plan_tool.py"
-    source.write_text(BASE)
-    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    source, env = deployable(tmp_path)
     with http_server(source, env, "--store", "none") as url:
         waiting, answers = anyio.run(_rounds, url, 3)
     source.write_text(RENAMED)
@@ -458,3 +451,42 @@ def test_a_self_contained_request_state_goes_on_after_a_deploy(tmp_path) -> None
     with http_server(source, env, "--store", "none") as url:  # the same request_state, still good
         done, _ = anyio.run(_rounds, url, 20, waiting.request_state, answers)
     assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
+
+
+def test_a_forged_move_is_checked_as_any_snapshot_is(saved) -> None:
+    """A snapshot that claims another build (another hash) goes through the same checks as one of this build: it
+    cannot put into the compiler's own variables what its code never puts there, nor name what was not live."""
+    texts, _ = saved
+    new = load_source(dict((e[0], e[1]) for e in EDITS)["edit a comment"], MODULE, f"{MODULE}.py")
+    try:
+        data = json.loads(texts[1])  # the client waits in the loop: its iterator is live
+        (entry,) = client_entries(data)
+        assert "_bc_it1" in entry["vars"] and "_bc_it1" in entry["live"]
+        entry["hash"] = "0" * 16
+        forged = json.loads(json.dumps(data))
+        (forged_entry,) = client_entries(forged)
+        forged_entry["vars"]["_bc_it1"] = 5  # not the loop's iterator
+        with pytest.raises(RunStateError, match=r"_bc_it1"):
+            load_run(json.dumps(forged))
+        forged_entry["vars"]["_bc_it1"] = entry["vars"]["_bc_it1"]
+        forged_entry["live"] = "ctx"  # not a list of names
+        with pytest.raises(RunStateError, match=r"\.live: expected the names live at the point"):
+            load_run(json.dumps(forged))
+        forged_entry["live"] = [name for name in entry["live"] if name != "notes"]  # a variable it says was not live
+        with pytest.raises(RunStateError, match=r"\.live: expected the names live at the point, its variables among"):
+            load_run(json.dumps(forged))
+        assert drive(new, text=json.dumps(data)) == drive(new)  # the honest one moves
+    finally:
+        load_source(BASE, MODULE, f"{MODULE}.py")
+
+
+def client_entries(data: Any) -> list[dict]:
+    return [entry for entry in _entries(data) if entry.get("t") == "gen" and entry["fn"].endswith(":client")]
+
+
+def _entries(value: Any) -> list[dict]:
+    if isinstance(value, dict):
+        return [value, *(entry for item in value.values() for entry in _entries(item))]
+    if isinstance(value, list):
+        return [entry for item in value for entry in _entries(item)]
+    return []

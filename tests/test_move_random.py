@@ -20,7 +20,7 @@ import types
 from typing import Any
 
 import pytest
-from differential import CANNOT_TRAVEL, trace
+from differential import CANNOT_TRAVEL, _logged, apply, trace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_split_random import ENABLED, EXAMPLES, programs, scripts
@@ -86,39 +86,9 @@ def moved_trace(old: str, new: str, script: list[tuple], args: tuple) -> list[An
         resumed = resume(data)
         release(generator)
         generator = resumed
-        try:
-            if op[0] == "next":
-                result = ("yield", repr(next(generator)))
-            elif op[0] == "send":
-                result = ("yield", repr(generator.send(op[1])))
-            elif op[0] == "throw":
-                result = ("yield", repr(generator.throw(_builtin(op[1])(*op[2:]))))
-            else:
-                result = ("closed", repr(generator.close()))
-        except StopIteration as stop:
-            result = ("return", repr(stop.value))
-        except BaseException as error:
-            result = ("raise", _exc(error))
+        result = apply(generator, op)
         out.append((op, result, [_logged(value) for value in log]))
     return out
-
-
-def _builtin(name: str) -> Any:
-    import builtins
-
-    return getattr(builtins, name)
-
-
-def _exc(error: BaseException) -> Any:
-    from differential import _exc as describe
-
-    return describe(error)
-
-
-def _logged(value: Any) -> Any:
-    from differential import _logged as describe
-
-    return describe(value)
 
 
 @settings(
