@@ -153,3 +153,12 @@ def compiled(fn: Any, calls: list[tuple[str, str]], source_location: str | None 
     factory.__branchc_resumable__ = True
     factory.__branchc_compiled__ = True
     return factory
+
+
+def entries(value: Any) -> list[dict]:
+    """Every JSON object in a saved run or snapshot, depth first (a generator's entry among them)."""
+    if isinstance(value, dict):
+        return [value, *(entry for item in value.values() for entry in entries(item))]
+    if isinstance(value, list):
+        return [entry for item in value for entry in entries(item)]
+    return []

@@ -21,6 +21,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEYS, http_server
+from _runtime_support import entries
 from mcp import Client
 from test_compat import BASE, EDITS, manifest
 
@@ -460,11 +461,11 @@ def test_a_forged_move_is_checked_as_any_snapshot_is(saved) -> None:
     new = load_source(dict((e[0], e[1]) for e in EDITS)["edit a comment"], MODULE, f"{MODULE}.py")
     try:
         data = json.loads(texts[1])  # the client waits in the loop: its iterator is live
-        (entry,) = client_entries(data)
+        (entry,) = cliententries(data)
         assert "_bc_it1" in entry["vars"] and "_bc_it1" in entry["live"]
         entry["hash"] = "0" * 16
         forged = json.loads(json.dumps(data))
-        (forged_entry,) = client_entries(forged)
+        (forged_entry,) = cliententries(forged)
         forged_entry["vars"]["_bc_it1"] = 5  # not the loop's iterator
         with pytest.raises(RunStateError, match=r"_bc_it1"):
             load_run(json.dumps(forged))
@@ -480,13 +481,5 @@ def test_a_forged_move_is_checked_as_any_snapshot_is(saved) -> None:
         load_source(BASE, MODULE, f"{MODULE}.py")
 
 
-def client_entries(data: Any) -> list[dict]:
-    return [entry for entry in _entries(data) if entry.get("t") == "gen" and entry["fn"].endswith(":client")]
-
-
-def _entries(value: Any) -> list[dict]:
-    if isinstance(value, dict):
-        return [value, *(entry for item in value.values() for entry in _entries(item))]
-    if isinstance(value, list):
-        return [entry for item in value for entry in _entries(item)]
-    return []
+def cliententries(data: Any) -> list[dict]:
+    return [entry for entry in entries(data) if entry.get("t") == "gen" and entry["fn"].endswith(":client")]

@@ -129,6 +129,18 @@ async def waiting_at(url: str, arguments: dict, stop: int, then: Any) -> None:
             group.cancel_scope.cancel()
 
 
+async def crashed_waiting(cache: Path, db: str, log: Path, *, rounds: int, stop: int) -> None:
+    """A handshake-era run of `rounds` questions whose server is killed (SIGKILL) once it asks question `stop`."""
+    port = free_port()
+    with serve(cache, db, port) as process:
+
+        async def crash() -> None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+        await waiting_at(f"http://127.0.0.1:{port}/mcp", {"rounds": rounds, "log": str(log)}, stop, crash)
+
+
 def only_run(db: str) -> Any:
     store = open_store(db, KEYS)
     try:
@@ -195,14 +207,7 @@ async def test_a_handshake_run_waiting_on_its_client_is_in_the_store_and_resumes
 
 async def test_a_crashed_handshake_run_can_be_cancelled_and_its_finally_runs_once(cache, db, tmp_path):
     log = tmp_path / "log.txt"
-    port = free_port()
-    with serve(cache, db, port) as process:
-
-        async def crash() -> None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-
-        await waiting_at(f"http://127.0.0.1:{port}/mcp", {"rounds": 3, "log": str(log)}, 1, crash)
+    await crashed_waiting(cache, db, log, rounds=3, stop=1)
     out = branchc(
         "runs", "cancel", only_run(db).run_id, "--tools", str(TOOL_FILE), "--store", db, "--json", cache=cache
     )
@@ -302,14 +307,7 @@ async def test_a_live_holder_whose_run_is_taken_over_stops_without_its_cleanup(c
 
 async def test_a_killed_resume_can_be_resumed_again(cache, db, tmp_path):
     log = tmp_path / "log.txt"
-    port = free_port()
-    with serve(cache, db, port) as process:
-
-        async def crash() -> None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-
-        await waiting_at(f"http://127.0.0.1:{port}/mcp", {"rounds": 4, "log": str(log)}, 1, crash)
+    await crashed_waiting(cache, db, log, rounds=4, stop=1)
     run_id = only_run(db).run_id
     resume = subprocess.Popen(
         [sys.executable, "-m", "branchc", "runs", "resume", run_id, "--tools", str(TOOL_FILE), "--store", db, "-i"],
@@ -458,14 +456,7 @@ async def _quietly(coroutine: Any) -> None:
 
 async def test_a_crashed_handshake_run_resumes_on_a_new_build_where_its_point_allows(cache, db, tmp_path):
     log = tmp_path / "log.txt"
-    port = free_port()
-    with serve(cache, db, port) as process:
-
-        async def crash() -> None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-
-        await waiting_at(f"http://127.0.0.1:{port}/mcp", {"rounds": 4, "log": str(log)}, 2, crash)
+    await crashed_waiting(cache, db, log, rounds=4, stop=2)
     run_id = only_run(db).run_id
     changed = tmp_path / "deployed" / TOOL_FILE.name
     changed.parent.mkdir()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _runtime_support import entries
 
 from branchc import resume, snapshot
 from branchc.bridge.loading import load_served_tools
@@ -298,23 +299,15 @@ def test_a_run_of_format_1_is_refused_with_a_clear_message(loop: Any) -> None:
 def test_a_run_of_format_2_still_loads_where_it_was_saved(loop: Any) -> None:
     # format 2 is format 3 without where each generator waits: it goes on in the code that saved it
     data = saved(loop)
-    entries = [entry for entry in _entries(data) if entry.get("t") == "gen"]
-    assert entries and all({"point", "live"} <= entry.keys() for entry in entries)
-    for entry in entries:
+    generators = [entry for entry in entries(data) if entry.get("t") == "gen"]
+    assert generators and all({"point", "live"} <= entry.keys() for entry in generators)
+    for entry in generators:
         for key in ("point", "live", "asks"):
             entry.pop(key, None)
     data["branchc_run"] = 2
     handoff, machine = load_run(json.dumps(data))
     assert machine.pending and handoff == saved(loop)["graph"]["roots"]["handoff"]
     machine.release()
-
-
-def _entries(value: Any) -> list[dict]:
-    if isinstance(value, dict):
-        return [value, *(entry for item in value.values() for entry in _entries(item))]
-    if isinstance(value, list):
-        return [entry for item in value for entry in _entries(item)]
-    return []
 
 
 def test_a_snapshot_of_format_1_is_refused_with_a_clear_message(loop: Any) -> None:
