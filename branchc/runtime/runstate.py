@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
+import hashlib
 import operator
+import re
 import sys
 import zlib
 from typing import Any
@@ -36,7 +38,16 @@ from .limits import Limits
 from .machine import Machine, Request, _Branch
 from .messages import Message
 
-__all__ = ["MAX_RUN_BYTES", "RunStateError", "dump_run", "load_run", "pack_run", "unpack_run"]
+__all__ = [
+    "MAX_RUN_BYTES",
+    "SEGMENT_MESSAGES",
+    "RunStateError",
+    "SavedRun",
+    "dump_run",
+    "load_run",
+    "pack_run",
+    "unpack_run",
+]
 
 #: The most bytes of run text `unpack_run` gives back (unless told otherwise): a packed run that
 #: unpacks to more is refused, having cost no more than this much memory and the time to inflate it.
@@ -44,6 +55,10 @@ MAX_RUN_BYTES = 16 * 2**20
 #: What a packed run starts with: the packing's own format version.
 PACKED = "z1:"
 _LEVEL = 6  # zlib's default: at 1,000 rounds, a third smaller than level 1 for twice its few ms
+#: Messages of a branch's history in one segment: a store keeps each full block of them once (SavedRun).
+SEGMENT_MESSAGES = 32
+_MARK = "\x00branchc segment"  # and the segment's digest: what stands for a segment in the head
+_MARKS = re.compile(r'"\\u0000branchc segment ([0-9a-f]{32})"')  # a mark as JSON writes it
 
 
 class RunStateError(BranchcError, ValueError):
@@ -85,10 +100,12 @@ def _history(messages: list[Any], child: Any, path: Any, alone: int) -> list[Any
     return out
 
 
-def _run_extension(holders: dict[str, int]) -> Any:
+def _run_extension(holders: dict[str, int], marked: list[tuple[dict, list, int]], blocks: dict[str, list]) -> Any:
     """The run's own values: each Context travels with its branch state, and each branch state with
     its history as flat data; `holders`: branch id -> how many lists besides the branch's own hold its
-    messages (a pending sample's, which the saved run does not repeat)."""
+    messages (a pending sample's, which the saved run does not repeat). A history with full blocks of
+    plain messages goes in `marked` as (its entry, the history with a mark for each, how many), their items in
+    `blocks`."""
 
     def extension(value: Any, child: Any, path: Any) -> dict | None:
         kind = type(value)
@@ -98,13 +115,80 @@ def _run_extension(holders: dict[str, int]) -> Any:
             fields = {name: getattr(value, name) for name in _BRANCH_FIELDS}
             alone = _ALONE + holders.get(value.id, 0)
             history = _history(value.messages, child, (path, "messages", ".{}"), alone)
-            return {"t": "branch", "fields": child(fields, path), "history": history}
+            entry = {"t": "branch", "fields": child(fields, path), "history": history}
+            if len(history) >= _BLOCK:
+                marked.append((entry, *_marked(value, history, blocks)))
+            return entry
         if kind is _Saved:
             return _machine_entry(value.machine, child, path)
         return None
 
     extension.owns = lambda kind: kind in _OWNED  # type: ignore[attr-defined]
     return extension
+
+
+_BLOCK = 2 * SEGMENT_MESSAGES  # a segment's items: role, content for each message
+
+
+def _marked(state: BranchState, history: list[Any], blocks: dict[str, list]) -> tuple[list[Any], int]:
+    """`history` with a mark for each full block of plain messages (none kept by the codec: those name
+    values elsewhere in the graph), the block's items in `blocks` by their digest. The digests are kept on
+    the branch state with the items they were taken of (the same str objects, so the same text): a round
+    digests only the blocks it added."""
+    known = state.__dict__.get("_bc_blocks") or []
+    found: list[tuple[list[Any], str | None]] = []
+    out: list[Any] = []
+    for start in range(0, len(history) - _BLOCK + 1, _BLOCK):
+        items = history[start : start + _BLOCK]
+        index = len(found)
+        if index < len(known) and all(map(operator.is_, known[index][0], items)):
+            items, ref = known[index]
+        else:
+            ref = None if 0 in items[::2] else hashlib.blake2b(_items_json(items), digest_size=16).hexdigest()
+        found.append((items, ref))
+        if ref is None:
+            out += items
+        else:
+            blocks[ref] = items
+            out.append(f"{_MARK} {ref}")
+    _setattr(state, "_bc_blocks", found)
+    out += history[len(found) * _BLOCK :]
+    return out, sum(ref is not None for _, ref in found)
+
+
+def _items_json(items: list[Any]) -> bytes:
+    """A block's items as JSON, comma-separated (no brackets): what stands in the text for its mark."""
+    return dump_json(items).encode()[1:-1]
+
+
+class SavedRun(str):
+    """dump_run's text, with the parts a store keeps apart so that a checkpoint writes only what it added:
+    `pieces` and the segment of each of `refs` between them, joined, are the text. A segment is a full block
+    of SEGMENT_MESSAGES plain messages of a branch's history, named by the BLAKE2b digest of its text, so a
+    block is named the same at every later checkpoint (and in every fork)."""
+
+    pieces: tuple[str, ...]
+    refs: tuple[str, ...]
+    _blocks: dict[str, list[Any]]
+
+    def segment(self, ref: str) -> bytes:
+        """The text that stands for `ref` (UTF-8): its messages' JSON items, comma-separated."""
+        return _items_json(self._blocks[ref])
+
+
+def _saved_run(text: str, data: dict[str, Any], marked: list[tuple[dict, list, int]], blocks: dict) -> SavedRun:
+    """The text, and its parts: the graph dumped again with each history's marks (a few KB for a long
+    conversation), split at them."""
+    saved = SavedRun(text)
+    saved.pieces, saved.refs, saved._blocks = (text,), (), {}
+    if blocks:
+        for entry, history, _ in marked:
+            entry["history"] = history
+        parts = _MARKS.split(dump_json(data))
+        # a mark is a string no message is; a run holding one as a value of its own is kept whole
+        if len(parts) // 2 == sum(count for _, _, count in marked):
+            saved.pieces, saved.refs, saved._blocks = tuple(parts[0::2]), tuple(parts[1::2]), blocks
+    return saved
 
 
 class _Saved:
@@ -322,16 +406,19 @@ def _mirrors(request: Any, branches: dict[str, Any]) -> bool:
     )
 
 
-def dump_run(handoff: Any, machine: Machine) -> str:
+def dump_run(handoff: Any, machine: Machine) -> SavedRun:
     machine.saved()  # checks that it may be saved now
     holders: dict[str, int] = {}
     for request in machine.requests.values():
         if _mirrors(request, machine.branches):
             holders[request.branch] = holders.get(request.branch, 0) + 1
-    graph = encode_graph({"handoff": handoff, "machine": _Saved(machine)}, _run_extension(holders))
-    text = dump_json({"branchc_run": VERSION, "graph": graph})
+    marked: list[tuple[dict, list, int]] = []
+    blocks: dict[str, list] = {}
+    graph = encode_graph({"handoff": handoff, "machine": _Saved(machine)}, _run_extension(holders, marked, blocks))
+    data = {"branchc_run": VERSION, "graph": graph}
+    text = dump_json(data)
     machine.saved_bytes = len(text)
-    return text
+    return _saved_run(text, data, marked, blocks)
 
 
 def _mirror_histories(saved: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ import math
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import BranchcError
 
@@ -53,6 +53,8 @@ STATUSES = ("waiting", "running", "done", "failed", "cancelled", "expired")
 UNENDED = ("waiting", "running")
 ENDING_GRACE = 7 * 86400.0
 CHANGEABLE = frozenset({"status", "saved", "meta", "expires"})
+# what a write that leaves a run waiting may tell its history (history.py), beside the changes
+HISTORY_NOTES = frozenset({"answers", "by"})
 MAX_ID = 200
 MAX_OWNER = 1000
 
@@ -298,13 +300,17 @@ class RunRecord:
 
 
 def check_changes(changes: dict[str, Any]) -> None:
-    unknown = sorted(changes.keys() - CHANGEABLE)
+    unknown = sorted(changes.keys() - CHANGEABLE - HISTORY_NOTES)
     if unknown:
-        raise TypeError(f"a checkpoint changes only {sorted(CHANGEABLE)}, not {unknown}")
+        known = f"{sorted(CHANGEABLE)} (and notes {sorted(HISTORY_NOTES)})"
+        raise TypeError(f"a checkpoint changes only {known}, not {unknown}")
     if "status" in changes and changes["status"] not in STATUSES:
         raise ValueError(f"a run's status is one of {', '.join(STATUSES)}, not {changes['status']!r}")
-    if "saved" in changes and type(changes["saved"]) is not str:
+    if "saved" in changes and not isinstance(changes["saved"], str):
         raise TypeError(f"a run's saved state is text (runstate.dump_run's), not {type(changes['saved']).__name__}")
+    by = changes.get("by")
+    if by is not None and (type(by) is not str or not 0 < len(by) <= MAX_OWNER):
+        raise ValueError(f"who answered is None or a principal's non-empty name, not {by!r:.80}")
     if "meta" in changes and type(changes["meta"]) is not RunMeta:
         raise TypeError(f"a run's meta is a RunMeta, not {type(changes['meta']).__name__}")
     if "expires" in changes:
@@ -339,6 +345,10 @@ def owner_tag(owner: str | None) -> str:
     return "-" if owner is None else hashlib.sha1(owner.encode(), usedforsecurity=False).hexdigest()
 
 
+if TYPE_CHECKING:
+    from .history import Checkpoint
+
+
 class Usage(NamedTuple):
     """How many runs (of the statuses asked) the store holds, and the bytes of their saved text."""
 
@@ -353,8 +363,9 @@ class RunStore(Protocol):
 
     url: str
 
-    def create(self, record: RunRecord) -> RunRecord:
-        """Store a new run (its version is 1); RunExistsError when the id is taken."""
+    def create(self, record: RunRecord, *, forked_from: tuple[str, int] | None = None) -> RunRecord:
+        """Store a new run (its version is 1); RunExistsError when the id is taken. A run created waiting
+        starts its history (entry 0; `forked_from`: the run and K it is a fork of)."""
 
     def load(self, run_id: str, *, min_version: int | None = None, expired: bool = False) -> RunRecord | None:
         """The run, checked (StoreDataError when damaged); None when unknown or expired. `min_version`: the
@@ -364,7 +375,15 @@ class RunStore(Protocol):
     def checkpoint(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
         """Atomically write `changes` (status, saved, meta, expires) if the run is still at
         `expected_version`; returns the new record (version + 1, updated now). StaleRunError when another
-        writer moved it on, RunNotFoundError when it is gone."""
+        writer moved it on, RunNotFoundError when it is gone. A write that leaves it waiting with a new saved
+        run appends to its history, in the same transaction, with the notes `answers` (what the round was
+        answered) and `by` (who answered)."""
+
+    def history(self, run_id: str) -> list[Checkpoint]:
+        """The run's kept history entries, oldest first (empty when it has none, or is gone)."""
+
+    def saved_at(self, run_id: str, k: int) -> tuple[Checkpoint, str]:
+        """Entry `k` of the run's history and the saved run it kept; KeyError when it keeps no entry `k`."""
 
     def delete(self, run_id: str, expected_version: int | None = None) -> bool:
         """Remove the run (only at `expected_version` when given, else StaleRunError); False when absent."""

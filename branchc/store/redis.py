@@ -44,6 +44,17 @@ from .base import (
     _Anyone,
     owner_tag,
 )
+from .history import (
+    Checkpoint,
+    HistoryEntry,
+    appends,
+    checkpoint_of,
+    join_saved,
+    new_segments,
+    opened_segments,
+    reseal_segment,
+    retention,
+)
 from .keys import KeyRing
 from .sealed import (
     Heads,
@@ -95,7 +106,29 @@ local function forget(id, key)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZREM', KEYS[6], id)
+  local prefix = string.sub(key, 1, #key - #id - 4)  -- key is PREFIX .. 'run:' .. id
+  redis.call('DEL', prefix .. 'hist:' .. id, prefix .. 'seg:' .. id)
   return redis.call('DEL', key)
+end
+-- the history entry and new segments at ARGV[at...] (RedisStore._history_args; none when ARGV[at] is ''), and
+-- the history and segments kept as long as the run (KEYS[7], KEYS[8]); false when the history moved on meanwhile
+local function history_fits(at)
+  return ARGV[at] == '' or (redis.call('HGET', KEYS[7], 'last') or '-1') == ARGV[at + 1]
+end
+local function append(at, expires_ms)
+  local k = ARGV[at]
+  if k ~= '' then
+    local h = KEYS[7]
+    redis.call('HSET', h, 'last', k, 'at:' .. k, ARGV[at + 2], 'key:' .. k, ARGV[at + 3], 'info:' .. k, ARGV[at + 4],
+      'head:' .. k, ARGV[at + 5])
+    local first = tonumber(redis.call('HGET', h, 'first') or k)
+    local drop = tonumber(ARGV[at + 6])
+    for j = first, drop do redis.call('HDEL', h, 'at:' .. j, 'key:' .. j, 'info:' .. j, 'head:' .. j) end
+    redis.call('HSET', h, 'first', math.max(first, drop + 1))
+    for i = at + 7, #ARGV, 2 do redis.call('HSETNX', KEYS[8], ARGV[i], ARGV[i + 1]) end
+  end
+  redis.call('PEXPIREAT', KEYS[7], expires_ms)
+  redis.call('PEXPIREAT', KEYS[8], expires_ms)
 end
 local function sweep(now, prefix)
   local gone = 0
@@ -118,7 +151,8 @@ local function sweep(now, prefix)
 end
 """
 
-# ARGV: id, now, prefix, status, size, expires, expires_ms, updated, then field/value pairs
+# ARGV: id, now, prefix, status, size, expires, expires_ms, updated, n, then n field/value items, then the
+# history's (see append)
 CREATE = (
     PRELUDE
     + """
@@ -129,20 +163,22 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 forget(id, KEYS[1])
 local pairs_ = {}
-for i = 9, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+local n = tonumber(ARGV[9])
+for i = 10, 9 + n do pairs_[#pairs_ + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(pairs_))
 redis.call('PEXPIREAT', KEYS[1], ARGV[7])
 redis.call('ZADD', KEYS[2], ARGV[6], id)
 redis.call('ZADD', KEYS[3], ARGV[8], id)
 account(id, ARGV[4], ARGV[5])
+append(10 + n, ARGV[7])
 return 1
 """
 )
 
-# ARGV: id, now, expected, status, size, expires, expires_ms, updated, kept key|'', known head|'', then
-# field/value pairs. The whole record, sealed anew, if it is still at the expected version (and, when the body
-# is kept, still sealed with its key; when a head is known, still with that head); 0 when not: the caller
-# reads it again to say why.
+# ARGV: id, now, expected, status, size, expires, expires_ms, updated, kept key|'', known head|'', n, then n
+# field/value items, then the history's (see append). The whole record, sealed anew, if it is still at the
+# expected version (and, when the body is kept, still sealed with its key; when a head is known, still with that
+# head; when it appends to the history, still at the entry it follows); 0 when not: the caller reads it again.
 CHECKPOINT = (
     PRELUDE
     + """
@@ -153,14 +189,17 @@ local exp = tonumber(redis.call('HGET', KEYS[1], 'expires'))
 if exp and exp <= tonumber(now) then return 0 end
 if ARGV[9] ~= '' and redis.call('HGET', KEYS[1], 'key') ~= ARGV[9] then return 0 end
 if ARGV[10] ~= '' and redis.call('HGET', KEYS[1], 'head') ~= ARGV[10] then return 0 end
+local n = tonumber(ARGV[11])
+if not history_fits(12 + n) then return 0 end
 local pairs_ = {}
-for i = 11, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+for i = 12, 11 + n do pairs_[#pairs_ + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(pairs_))
 redis.call('PEXPIREAT', KEYS[1], ARGV[7])
 redis.call('ZADD', KEYS[2], ARGV[6], id)
 redis.call('ZADD', KEYS[3], ARGV[8], id)
 unaccount(id)
 account(id, ARGV[4], ARGV[5])
+append(12 + n, ARGV[7])
 return 1
 """
 )
@@ -177,6 +216,15 @@ RESEAL = """
 if redis.call('HGET', KEYS[1], 'version') ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'key') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'key', ARGV[3], 'head', ARGV[4], 'body', ARGV[5])
+return 1
+"""
+
+# KEYS: a hash. ARGV: a field, the value it must still have, then field/value pairs to set: a compare-and-swap
+SWAP = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+local pairs_ = {}
+for i = 3, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(pairs_))
 return 1
 """
 
@@ -239,8 +287,10 @@ class RedisStore:
         prefix: str = "branchc:",
         timeout: float = 5.0,
         client: redis.Redis | None = None,
+        history: int | str | None = None,
     ) -> None:
         self.keys = store_keys(keys, f"the Redis store {url}")
+        self.history_kept = retention(history)
         self._heads = Heads()
         self.url = url
         self.prefix = prefix
@@ -257,11 +307,16 @@ class RedisStore:
         self._checkpoint = self.client.register_script(CHECKPOINT)
         self._end_expired = self.client.register_script(END_EXPIRED)
         self._reseal = self.client.register_script(RESEAL)
+        self._swap = self.client.register_script(SWAP)
         self._delete = self.client.register_script(DELETE)
         self._sweep = self.client.register_script(SWEEP)
 
     def _key(self, run_id: str) -> str:
         return f"{self.prefix}run:{run_id}"
+
+    def _run_keys(self, run_id: str) -> list[str]:
+        """KEYS of a script on one run: its record, the indexes, its history and its segments."""
+        return [self._key(run_id), *self._keys, f"{self.prefix}hist:{run_id}", f"{self.prefix}seg:{run_id}"]
 
     def _call(self, doing: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -310,14 +365,20 @@ class RedisStore:
 
     # the store
 
-    def create(self, record: RunRecord) -> RunRecord:
+    def create(self, record: RunRecord, *, forked_from: tuple[str, int] | None = None) -> RunRecord:
         record.check()
         made = sealed_head(self.keys, record)
         sealed = made.sealed
-        args = [record.run_id, repr(time.time()), self.prefix, record.status, sealed.size, repr(sealed.expires)]
-        args += [self._pexpire(record.status, record.expires), repr(sealed.updated), *self._pairs(sealed)]
+        now = time.time()
+        pairs = self._pairs(sealed)
+        args = [record.run_id, repr(now), self.prefix, record.status, sealed.size, repr(sealed.expires)]
+        args += [self._pexpire(record.status, record.expires), repr(sealed.updated), len(pairs), *pairs]
+        if record.status == "waiting" and self.history_kept != 0:
+            args += self._history_args(record, {"forked_from": forked_from}, now, fresh=True)
+        else:
+            args.append("")
         created = self._call(
-            f"creating run {record.run_id!r}", self._create, keys=[self._key(record.run_id), *self._keys], args=args
+            f"creating run {record.run_id!r}", self._create, keys=self._run_keys(record.run_id), args=args
         )
         if not created:
             raise RunExistsError(f"the store already holds a run {record.run_id!r}")
@@ -354,13 +415,77 @@ class RedisStore:
             raw = {name: value for name, value in zip(names, values, strict=True) if value is not None}
             return raw if "version" in raw and _expired(raw, now) and _kept(raw, now) else None
 
-        def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float) -> bool:
+        appending = appends(changes, self.history_kept)
+
+        def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float, record: RunRecord) -> bool:
+            pairs = self._pairs(sealed, body=not kept)
             args = [run_id, repr(now), int(expected_version), sealed.status, sealed.size, repr(sealed.expires)]
             args += [self._pexpire(sealed.status, sealed.expires), repr(sealed.updated), kept or "", on or ""]
-            args += self._pairs(sealed, body=not kept)
-            return bool(self._call(doing, script, keys=[self._key(run_id), *self._keys], args=args))
+            args += [len(pairs), *pairs]
+            args += self._history_args(record, changes, now) if appending else [""]
+            return bool(self._call(doing, script, keys=self._run_keys(run_id), args=args))
 
         return checkpoint_sealed(self.keys, run_id, expected_version, changes, read, write, self._heads)
+
+    # history (history.py)
+
+    def _history_args(self, record: RunRecord, notes: dict[str, Any], now: float, *, fresh: bool = False) -> list:
+        """A script's history part: K, the entry K follows, its time, key, info and head, the last K to drop, then
+        ref, key id + newline + sealed text for each segment the run does not hold yet."""
+        hist, seg = self._run_keys(record.run_id)[-2:]
+        doing = f"appending to the history of run {record.run_id!r}"
+        last = None if fresh else self._call(doing, self.client.hget, hist, "last")
+        known = [] if fresh else self._call(doing, self.client.hkeys, seg)
+        k = 0 if last is None else int(last) + 1
+        entry = HistoryEntry.seal(self.keys, record.run_id, checkpoint_of(record, k, now, notes), record.saved)
+        drop = -1 if self.history_kept is None else k - self.history_kept
+        args: list[Any] = [k, -1 if last is None else int(last), repr(now), entry.key, entry.info, entry.head, drop]
+        for ref, key, sealed in new_segments(record.saved, [ref.decode() for ref in known], self.keys):
+            args += [ref, key.encode() + b"\n" + sealed]
+        return args
+
+    def _entries(self, run_id: str, k: int | None = None) -> list[HistoryEntry]:
+        hist = self._run_keys(run_id)[-2]
+        doing = f"reading the history of run {run_id!r}"
+        if k is None:
+            raw = self._fields(self._call(doing, self.client.hgetall, hist))
+            ks = sorted(int(name[4:]) for name in raw if name.startswith("key:"))
+        else:
+            names = [f"{part}:{k}" for part in ("at", "key", "info", "head")]
+            found = self._call(doing, self.client.hmget, hist, names)
+            raw = {name: value for name, value in zip(names, found, strict=True) if value is not None}
+            ks = [k] if len(raw) == 4 else []
+        try:
+            return [
+                HistoryEntry(j, float(raw[f"at:{j}"]), raw[f"key:{j}"].decode(), raw[f"info:{j}"], raw[f"head:{j}"])
+                for j in ks
+            ]
+        except (KeyError, ValueError):
+            raise StoreDataError.bad_field(run_id, "history", "has an entry with parts missing or damaged") from None
+
+    def history(self, run_id: str) -> list[Checkpoint]:
+        return [entry.checkpoint(self.keys, run_id) for entry in self._entries(run_id)]
+
+    def saved_at(self, run_id: str, k: int) -> tuple[Checkpoint, str]:
+        found = self._entries(run_id, int(k))
+        if not found:
+            raise KeyError(k)
+        entry = found[0]
+        pieces, refs = entry.parts(self.keys, run_id)
+        seg = self._run_keys(run_id)[-1]
+
+        def fetch(wanted: list[str]) -> dict[str, tuple[str, bytes]]:
+            doing = f"reading the history of run {run_id!r}"
+            values = self._call(doing, self.client.hmget, seg, wanted) if wanted else []
+            out = {}
+            for ref, value in zip(wanted, values, strict=True):
+                if value is not None:
+                    key, _, sealed = value.partition(b"\n")
+                    out[ref] = (key.decode(errors="replace"), sealed)
+            return out
+
+        texts = opened_segments(self.keys, run_id, refs, fetch)
+        return entry.checkpoint(self.keys, run_id), join_saved(run_id, pieces, refs, texts)
 
     def expired(self, now: float | None = None, limit: int = 100) -> list[str]:
         now = time.time() if now is None else now
@@ -375,7 +500,7 @@ class RedisStore:
         answer = self._call(
             f"deleting run {run_id!r}",
             self._delete,
-            keys=[self._key(run_id), *self._keys],
+            keys=self._run_keys(run_id),
             args=[run_id, expected],
         )
         kind = answer[0].decode()
@@ -444,7 +569,45 @@ class RedisStore:
             doing = f"sealing run {sealed.run_id!r} anew"
             return bool(self._call(doing, self._reseal, keys=[self._key(sealed.run_id)], args=args))
 
-        return rekey_sealed(self.keys, sorted(stale), read, write, current)
+        done = rekey_sealed(self.keys, sorted(stale), read, write, current)
+        return done._replace(refused=done.refused + self._rekey_history(ids))
+
+    def _rekey_history(self, ids: list[str]) -> tuple[StoreDataError, ...]:
+        """The runs' history entries and segments sealed anew with the first key, each by a compare-and-swap on
+        the key it was sealed with."""
+        refused: list[StoreDataError] = []
+        sealing = self.keys.sealing_id
+        for run_id in ids:
+            hist, seg = self._run_keys(run_id)[-2:]
+            doing = f"sealing the history of run {run_id!r} anew"
+            try:
+                for entry in self._entries(run_id):
+                    if entry.key != sealing:
+                        new = entry.resealed(self.keys, run_id)
+                        k = entry.k
+                        args = [
+                            f"key:{k}",
+                            entry.key,
+                            f"key:{k}",
+                            new.key,
+                            f"info:{k}",
+                            new.info,
+                            f"head:{k}",
+                            new.head,
+                        ]
+                        self._call(doing, self._swap, keys=[hist], args=args)
+                for ref, value in self._fields(self._call(doing, self.client.hgetall, seg)).items():
+                    key, _, sealed = value.partition(b"\n")
+                    if key.decode(errors="replace") != sealing:
+                        new_key, new_sealed = reseal_segment(
+                            self.keys, run_id, ref, key.decode(errors="replace"), sealed
+                        )
+                        self._call(
+                            doing, self._swap, keys=[seg], args=[ref, value, ref, new_key.encode() + b"\n" + new_sealed]
+                        )
+            except StoreDataError as error:
+                refused.append(error)
+        return tuple(refused)
 
     def _swept(self, now: float) -> tuple[int, dict[str, int]]:
         swept, flat = self._call(

@@ -330,11 +330,11 @@ def checkpoint_sealed(
     expected: int,
     changes: dict[str, Any],
     read: Callable[[bool, float], dict[str, Any] | None],
-    write: Callable[[Sealed, str | None, bytes | None, float], bool],
+    write: Callable[[Sealed, str | None, bytes | None, float, RunRecord], bool],
     cache: Heads,
 ) -> RunRecord:
     """A backend's checkpoint: `read(with_body, now)` the live record's columns (None: none), check it is at
-    `expected` and opens, seal it anew with `changes`, and `write(sealed, key, head, now)` it if it is still at
+    `expected` and opens, seal it anew with `changes`, and `write(sealed, key, head, now, record)` it if it is still at
     `expected` (when `key` is given, still sealed with that key: its body is kept as it is; when `head` is
     given, still with that head). A new saved run over a record at the version `cache` holds is written
     without the read, on that head (see Heads). A write that finds the same version re-sealed (a rekey
@@ -377,7 +377,7 @@ def checkpoint_sealed(
             s.owner,
         )
         made = sealed_head(keys, record, body=body)
-        if write(made.sealed, s.key if body is not None else None, on, now):
+        if write(made.sealed, s.key if body is not None else None, on, now, record):
             cache.put(made)
             return record
     cache.drop(run_id)

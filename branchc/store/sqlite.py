@@ -34,6 +34,17 @@ from .base import (
     Usage,
     _Anyone,
 )
+from .history import (
+    Checkpoint,
+    HistoryEntry,
+    appends,
+    checkpoint_of,
+    join_saved,
+    new_segments,
+    opened_segments,
+    reseal_segment,
+    retention,
+)
 from .keys import KeyRing
 from .sealed import (
     Heads,
@@ -77,6 +88,22 @@ CREATE INDEX IF NOT EXISTS runs_by_updated ON runs (updated);
 CREATE INDEX IF NOT EXISTS runs_by_expires ON runs (expires);
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, expires, size);
 CREATE INDEX IF NOT EXISTS runs_by_owner ON runs (owner, status, expires, size);
+CREATE TABLE IF NOT EXISTS history (
+    run_id TEXT NOT NULL,
+    k INTEGER NOT NULL,
+    at REAL NOT NULL,
+    key TEXT NOT NULL,
+    info BLOB NOT NULL,
+    head BLOB NOT NULL,
+    PRIMARY KEY (run_id, k)
+);
+CREATE TABLE IF NOT EXISTS segments (
+    run_id TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    key TEXT NOT NULL,
+    sealed BLOB NOT NULL,
+    PRIMARY KEY (run_id, ref)
+);
 """
 SYNCHRONOUS = ("off", "normal", "full", "extra")
 # an unended run that expired is kept ENDING_GRACE seconds, to be ended (base.py): what gc and create leave alone
@@ -93,9 +120,16 @@ class SQLiteStore:
     of another user that others may read is refused."""
 
     def __init__(
-        self, path: str | Path, *, keys: KeyRing | None = None, timeout: float = 5.0, synchronous: str = "normal"
+        self,
+        path: str | Path,
+        *,
+        keys: KeyRing | None = None,
+        timeout: float = 5.0,
+        synchronous: str = "normal",
+        history: int | str | None = None,
     ) -> None:
         self.keys = store_keys(keys, f"the SQLite store {path}")
+        self.history_kept = retention(history)
         self._heads = Heads()
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous is one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
@@ -280,7 +314,7 @@ class SQLiteStore:
 
     # the store
 
-    def create(self, record: RunRecord) -> RunRecord:
+    def create(self, record: RunRecord, *, forked_from: tuple[str, int] | None = None) -> RunRecord:
         record.check()
         made = sealed_head(self.keys, record)
         row = (record.run_id, *made.sealed.columns().values())
@@ -289,11 +323,15 @@ class SQLiteStore:
                 conn.execute("BEGIN IMMEDIATE")
                 # an expired run of the same id is gone for every reader: it gives way, unless it is kept to be ended
                 now = time.time()
-                conn.execute(
+                gone = conn.execute(
                     f"DELETE FROM runs WHERE run_id = ? AND expires <= ? AND NOT ({KEPT})",
                     (record.run_id, now, now - ENDING_GRACE),
                 )
+                if gone.rowcount:
+                    self._forget(conn, record.run_id)
                 conn.execute(f"INSERT INTO runs ({COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
+                if record.status == "waiting" and self.history_kept != 0:
+                    self._append(conn, record, {"forked_from": forked_from}, now)
                 conn.execute("COMMIT")
             except BaseException as error:
                 if conn.in_transaction:
@@ -314,6 +352,7 @@ class SQLiteStore:
         return None if row is None else self._record(row, min_version)
 
     def checkpoint(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
+        appending = appends(changes, self.history_kept)
         with self._use(f"checkpointing run {run_id!r}") as conn:  # one connection for the read and the write
 
             def read(body: bool, now: float) -> dict[str, Any] | None:
@@ -322,7 +361,7 @@ class SQLiteStore:
                 ).fetchone()
                 return None if row is None else self._raw(row)
 
-            def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float) -> bool:
+            def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float, record: RunRecord) -> bool:
                 columns = sealed.columns()
                 where, values = "run_id = ? AND version = ? AND expires > ?", [run_id, expected_version, now]
                 if kept is not None:
@@ -331,9 +370,82 @@ class SQLiteStore:
                 if on is not None:  # written on a head known (Heads): the record must still have it
                     where, values = where + " AND head = ?", [*values, on]
                 sets = ", ".join(f"{name} = ?" for name in columns)
-                return conn.execute(f"UPDATE runs SET {sets} WHERE {where}", [*columns.values(), *values]).rowcount == 1
+                update = f"UPDATE runs SET {sets} WHERE {where}"
+                if not appending:
+                    return conn.execute(update, [*columns.values(), *values]).rowcount == 1
+                with self._transaction(conn):  # the record and its history entry, or neither
+                    done = conn.execute(update, [*columns.values(), *values]).rowcount == 1
+                    if done:
+                        self._append(conn, record, changes, now)
+                return done
 
             return checkpoint_sealed(self.keys, run_id, expected_version, changes, read, write, self._heads)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # history (history.py)
+
+    def _append(self, conn: sqlite3.Connection, record: RunRecord, notes: dict[str, Any], now: float) -> None:
+        """Entry K of the run's history, with the segments it adds; then only the last `history_kept` kept."""
+        run_id = record.run_id
+        (last,) = conn.execute("SELECT MAX(k) FROM history WHERE run_id = ?", (run_id,)).fetchone()
+        k = 0 if last is None else last + 1
+        entry = HistoryEntry.seal(self.keys, run_id, checkpoint_of(record, k, now, notes), record.saved)
+        known = [ref for (ref,) in conn.execute("SELECT ref FROM segments WHERE run_id = ?", (run_id,))]
+        conn.executemany(
+            "INSERT OR IGNORE INTO segments VALUES (?, ?, ?, ?)",
+            [(run_id, *made) for made in new_segments(record.saved, known, self.keys)],
+        )
+        conn.execute(
+            "INSERT INTO history VALUES (?, ?, ?, ?, ?, ?)", (run_id, k, now, entry.key, entry.info, entry.head)
+        )
+        if self.history_kept is not None:
+            conn.execute("DELETE FROM history WHERE run_id = ? AND k <= ?", (run_id, k - self.history_kept))
+
+    @staticmethod
+    def _forget(conn: sqlite3.Connection, run_id: str) -> None:
+        conn.execute("DELETE FROM history WHERE run_id = ?", (run_id,))
+        conn.execute("DELETE FROM segments WHERE run_id = ?", (run_id,))
+
+    def _entries(self, run_id: str, k: int | None = None) -> list[HistoryEntry]:
+        where, values = ("run_id = ?", [run_id]) if k is None else ("run_id = ? AND k = ?", [run_id, k])
+        with self._use(f"reading the history of run {run_id!r}") as conn:
+            rows = conn.execute(
+                f"SELECT k, at, CAST(key AS BLOB), info, head FROM history WHERE {where} ORDER BY k", values
+            ).fetchall()
+        return [HistoryEntry(k, at, key.decode(), info, head) for k, at, key, info, head in rows]
+
+    def history(self, run_id: str) -> list[Checkpoint]:
+        return [entry.checkpoint(self.keys, run_id) for entry in self._entries(run_id)]
+
+    def saved_at(self, run_id: str, k: int) -> tuple[Checkpoint, str]:
+        found = self._entries(run_id, int(k))
+        if not found:
+            raise KeyError(k)
+        entry = found[0]
+        pieces, refs = entry.parts(self.keys, run_id)
+
+        def fetch(wanted: list[str]) -> dict[str, tuple[str, bytes]]:
+            with self._use(f"reading the history of run {run_id!r}") as conn:
+                rows = conn.execute(
+                    f"SELECT ref, CAST(key AS BLOB), sealed FROM segments WHERE run_id = ? AND ref IN "
+                    f"({', '.join('?' * len(wanted))})",
+                    (run_id, *wanted),
+                ).fetchall()
+            return {ref: (key.decode(), sealed) for ref, key, sealed in rows}
+
+        texts = opened_segments(self.keys, run_id, refs, fetch)
+        return entry.checkpoint(self.keys, run_id), join_saved(run_id, pieces, refs, texts)
 
     def end_expired(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
         with self._use(f"ending the expired run {run_id!r}") as conn:
@@ -346,7 +458,7 @@ class SQLiteStore:
                 ).fetchone()
                 return None if row is None else self._raw(row)
 
-            def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float) -> bool:
+            def write(sealed: Sealed, kept: str | None, on: bytes | None, now: float, record: RunRecord) -> bool:
                 columns = sealed.columns()
                 where = f"run_id = ? AND version = ? AND {expired}"
                 values: list[Any] = [run_id, expected_version, now, now - ENDING_GRACE]
@@ -372,11 +484,15 @@ class SQLiteStore:
     def delete(self, run_id: str, expected_version: int | None = None) -> bool:
         self._heads.drop(run_id)
         with self._use(f"deleting run {run_id!r}") as conn:
-            if expected_version is None:
-                return conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount > 0
-            gone = conn.execute("DELETE FROM runs WHERE run_id = ? AND version = ?", (run_id, expected_version))
-            if gone.rowcount:
-                return True
+            with self._transaction(conn):
+                if expected_version is None:
+                    gone = conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+                else:
+                    gone = conn.execute("DELETE FROM runs WHERE run_id = ? AND version = ?", (run_id, expected_version))
+                if gone.rowcount:
+                    self._forget(conn, run_id)
+            if gone.rowcount or expected_version is None:
+                return gone.rowcount > 0
             found = conn.execute(
                 "SELECT version FROM runs WHERE run_id = ? AND expires > ?", (run_id, time.time())
             ).fetchone()
@@ -429,14 +545,49 @@ class SQLiteStore:
                 )
                 return done.rowcount == 1
 
-        return rekey_sealed(self.keys, ids, read, write, current)
+        done = rekey_sealed(self.keys, ids, read, write, current)
+        return done._replace(refused=done.refused + self._rekey_history())
+
+    def _rekey_history(self) -> tuple[StoreDataError, ...]:
+        """History entries and segments sealed anew with the first key, each by a compare-and-swap on its key."""
+        refused: list[StoreDataError] = []
+        sealing = self.keys.sealing_id
+        with self._use("sealing run histories anew") as conn:
+            rows = conn.execute(
+                "SELECT run_id, k, at, CAST(key AS BLOB), info, head FROM history WHERE key IS NOT ?", (sealing,)
+            ).fetchall()
+            for run_id, k, at, key, info, head in rows:
+                try:
+                    new = HistoryEntry(k, at, key.decode(), info, head).resealed(self.keys, run_id)
+                except StoreDataError as error:
+                    refused.append(error)
+                    continue
+                conn.execute(
+                    "UPDATE history SET key = ?, info = ?, head = ? WHERE run_id = ? AND k = ? AND key = ?",
+                    (new.key, new.info, new.head, run_id, k, key.decode()),
+                )
+            rows = conn.execute(
+                "SELECT run_id, ref, CAST(key AS BLOB), sealed FROM segments WHERE key IS NOT ?", (sealing,)
+            ).fetchall()
+            for run_id, ref, key, sealed in rows:
+                try:
+                    new_key, new_sealed = reseal_segment(self.keys, run_id, ref, key.decode(), sealed)
+                except StoreDataError as error:
+                    refused.append(error)
+                    continue
+                conn.execute(
+                    "UPDATE segments SET key = ?, sealed = ? WHERE run_id = ? AND ref = ? AND key = ?",
+                    (new_key, new_sealed, run_id, ref, key.decode()),
+                )
+        return tuple(refused)
 
     def gc(self, now: float | None = None) -> int:
         now = time.time() if now is None else now
-        with self._use("removing expired runs") as conn:
-            return conn.execute(
-                f"DELETE FROM runs WHERE expires <= ? AND NOT ({KEPT})", (now, now - ENDING_GRACE)
-            ).rowcount
+        with self._use("removing expired runs") as conn, self._transaction(conn):
+            gone = conn.execute(f"DELETE FROM runs WHERE expires <= ? AND NOT ({KEPT})", (now, now - ENDING_GRACE))
+            for table in ("history", "segments"):  # what went with them
+                conn.execute(f"DELETE FROM {table} WHERE run_id NOT IN (SELECT run_id FROM runs)")
+            return gone.rowcount
 
     def usage(self, *statuses: str, owner: str | _Anyone | None = ANYONE) -> Usage:
         where, values = "expires > ?", [time.time()]

@@ -7,7 +7,8 @@
     none                           no store: runs live in request_state or in memory
 
 Options go in the query: sqlite `?timeout=SECONDS` (busy timeout, 5) and `&synchronous=normal|full`;
-redis `?prefix=branchc:` (key prefix) and `&timeout=SECONDS` (5).
+redis `?prefix=branchc:` (key prefix) and `&timeout=SECONDS` (5); both `history=N|all`, how many of each
+run's past checkpoints to keep (all, by default; 0 keeps none; `branchc serve --history`).
 
 Every store seals its records with a key ring (keys.py): `open_store(url, keys=state_keys(KEY, STATE_DIR))`.
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from .base import RunStore, StoreURLError
+from .history import retention
 
 if TYPE_CHECKING:
     from .keys import KeyRing
@@ -60,10 +62,11 @@ def _seconds(url: str, name: str, value: str | None, default: float) -> float:
     return seconds
 
 
-def open_store(url: str, keys: KeyRing | None = None) -> RunStore | None:
-    """The store `url` names (None for "none"), sealing its records with `keys` (which every store needs);
-    StoreURLError naming the part that is wrong and the fix, MissingExtraError naming the extra a backend
-    needs (redis: `pip install 'branchc[redis]'`), StoreKeyError without keys."""
+def open_store(url: str, keys: KeyRing | None = None, *, history: int | str | None = None) -> RunStore | None:
+    """The store `url` names (None for "none"), sealing its records with `keys` (which every store needs) and
+    keeping `history` past checkpoints of each run (None: all, unless the URL says); StoreURLError naming the
+    part that is wrong and the fix, MissingExtraError naming the extra a backend needs (redis: `pip install
+    'branchc[redis]'`), StoreKeyError without keys."""
     if not isinstance(url, str) or not url.strip():
         raise _bad(str(url), "it is empty", "name a store")
     text = url.strip()
@@ -74,15 +77,30 @@ def open_store(url: str, keys: KeyRing | None = None) -> RunStore | None:
         raise _bad(url, "it has no scheme", "start it with sqlite:/// or redis://, or write none")
     scheme = scheme.lower()
     if scheme == "sqlite":
-        return _sqlite(url, text, keys)
+        return _sqlite(url, text, keys, history)
     if scheme in ("redis", "rediss"):
-        return _redis(url, text, keys)
+        return _redis(url, text, keys, history)
     if scheme in ("postgres", "postgresql", "mysql", "file"):
         raise _bad(url, f"the scheme {scheme!r} is not a store branchc has", "use sqlite:/// for a file")
     raise _bad(url, f"the scheme {scheme!r} is unknown", "use sqlite or redis")
 
 
-def _sqlite(url: str, text: str, keys: KeyRing | None) -> RunStore:
+HISTORY = "checkpoints kept per run, a number or all"
+
+
+def _history(url: str, options: dict[str, str], given: int | str | None) -> int | None:
+    if "history" in options and given is not None:
+        raise _bad(url, "history= is given in the URL and apart from it", "give it once")
+    value = options.get("history", given)
+    try:
+        return retention(value)
+    except ValueError:
+        raise _bad(
+            url, f"history={value!r} is not a number of checkpoints or all", "write history=all or history=10"
+        ) from None
+
+
+def _sqlite(url: str, text: str, keys: KeyRing | None, history: int | str | None) -> RunStore:
     from .sqlite import SYNCHRONOUS, SQLiteStore
 
     rest = text[len("sqlite://") :]
@@ -97,16 +115,23 @@ def _sqlite(url: str, text: str, keys: KeyRing | None) -> RunStore:
     if not path:
         raise _bad(url, "it names no file", "write sqlite:///runs.db, or sqlite:///:memory: for this process only")
     options = _options(
-        url, query, {"timeout": "busy timeout in seconds, 5", "synchronous": f"one of {', '.join(SYNCHRONOUS)}"}
+        url,
+        query,
+        {
+            "timeout": "busy timeout in seconds, 5",
+            "synchronous": f"one of {', '.join(SYNCHRONOUS)}",
+            "history": HISTORY,
+        },
     )
     synchronous = options.get("synchronous", "normal").lower()
     if synchronous not in SYNCHRONOUS:
         raise _bad(url, f"synchronous={synchronous!r} is not a mode", f"use one of {', '.join(SYNCHRONOUS)}")
     timeout = _seconds(url, "timeout", options.get("timeout"), 5.0)
-    return SQLiteStore(path, keys=keys, timeout=timeout, synchronous=synchronous)
+    kept = _history(url, options, history)
+    return SQLiteStore(path, keys=keys, timeout=timeout, synchronous=synchronous, history=kept)
 
 
-def _redis(url: str, text: str, keys: KeyRing | None) -> RunStore:
+def _redis(url: str, text: str, keys: KeyRing | None, history: int | str | None) -> RunStore:
     parts = urlsplit(text)
     if not parts.hostname:
         raise _bad(url, "it names no host", "write redis://HOST:PORT/DB, e.g. redis://127.0.0.1:6379/0")
@@ -117,7 +142,9 @@ def _redis(url: str, text: str, keys: KeyRing | None) -> RunStore:
     db = parts.path.strip("/")
     if db and not db.isdigit():
         raise _bad(url, f"the database {db!r} is not a number", "write the database index, e.g. /0")
-    options = _options(url, parts.query, {"prefix": "key prefix, branchc:", "timeout": "seconds, 5"})
+    options = _options(
+        url, parts.query, {"prefix": "key prefix, branchc:", "timeout": "seconds, 5", "history": HISTORY}
+    )
     prefix = options.get("prefix", "branchc:")
     if not prefix:
         raise _bad(url, "prefix= is empty", "give a key prefix such as branchc: or leave the option out")
@@ -125,6 +152,7 @@ def _redis(url: str, text: str, keys: KeyRing | None) -> RunStore:
     if timeout == 0:
         raise _bad(url, "timeout=0 would fail every call", "give seconds > 0")
     plain = urlunsplit((parts.scheme, parts.netloc, parts.path or "/0", "", ""))
+    kept = _history(url, options, history)
     from .redis import RedisStore  # the URL is checked first, with or without the redis package
 
-    return RedisStore(plain, keys=keys, prefix=prefix, timeout=timeout)
+    return RedisStore(plain, keys=keys, prefix=prefix, timeout=timeout, history=kept)

@@ -1,0 +1,247 @@
+"""A run's past checkpoints, kept beside its record so that a run can be looked back on and forked.
+
+Each time a run comes to wait (it is created waiting, or a checkpoint leaves it waiting with a new saved
+run), the store appends an entry K = 0, 1, 2, ...: where it waited, what it asked, the answers that brought
+it there and who gave them (`Checkpoint`), and the saved run in two parts. The parts are the run's
+`pieces` and `refs` (runstate.SavedRun): every full block of plain messages in a branch's history is a
+segment, named by its digest and kept once per run, so a checkpoint writes its head and the blocks it added,
+not the conversation again. A saved text without parts (a plain str) is one piece.
+
+Everything but the run id, K, the time and the key id is sealed with the store's key, as records are:
+
+    info    = AEAD(the Checkpoint as JSON,   associated data: "branchc history info", run id, K, key id)
+    head    = AEAD({"pieces", "refs"} JSON,  associated data: "branchc history head", run id, K, key id)
+    segment = AEAD(the block's JSON items,   associated data: "branchc segment", ref, key id)
+
+and a segment opened is checked against its name (the BLAKE2b digest of its text), so one cannot stand in
+for another. Retention: the store keeps the last `history` entries of each run (None: all of them, the
+default); they and the run's segments go when the run goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .base import RunMeta, RunRecord, StoreDataError
+from .keys import KeyRing, SealError
+
+__all__ = ["Checkpoint", "HistoryEntry", "Segmented", "appends", "join_saved", "parts_of", "retention"]
+
+INFO_LABEL = b"branchc history info\x00"
+HEAD_LABEL = b"branchc history head\x00"
+SEGMENT_LABEL = b"branchc segment\x00"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One entry of a run's history: the run's metadata when it came to wait (`meta`: where it waits, what
+    it asks, the build and era that saved it), the `answers` that brought it here from entry K - 1 (None for
+    the first), who gave them (`by`: the principal, None when no one authenticated) and when (`at`, epoch
+    seconds). `forked_from`: (run id, K) when the run began as a fork of that entry."""
+
+    k: int
+    at: float
+    meta: RunMeta
+    answers: Any = None
+    by: str | None = None
+    forked_from: tuple[str, int] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "k": self.k,
+            "at": self.at,
+            "meta": self.meta.to_json(),
+            "answers": self.answers,
+            "by": self.by,
+            "forked_from": list(self.forked_from) if self.forked_from else None,
+        }
+
+    @classmethod
+    def from_json(cls, run_id: str, data: Any) -> Checkpoint:
+        """An opened entry's info (sealed: written by a key holder), its layout checked all the same."""
+        try:
+            forked = data["forked_from"]
+            return cls(
+                k=int(data["k"]),
+                at=float(data["at"]),
+                meta=RunMeta.from_json(run_id, data["meta"]),
+                answers=data["answers"],
+                by=None if data["by"] is None else str(data["by"]),
+                forked_from=(str(forked[0]), int(forked[1])) if forked else None,
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            problem = f"has an entry not laid out as a checkpoint ({error})"
+            raise StoreDataError.bad_field(run_id, "history", problem) from None
+
+
+def checkpoint_of(record: RunRecord, k: int, at: float, changes: dict[str, Any]) -> Checkpoint:
+    """The entry K a write of `record` appends; the last round's response (kept for its retries) is left out."""
+    meta = dataclasses.replace(record.meta, answers_digest=None, response=None)
+    return Checkpoint(k, at, meta, changes.get("answers"), changes.get("by"), changes.get("forked_from"))
+
+
+class Segmented(str):
+    """A saved run rebuilt from a history entry, with the parts it was kept in (runstate.SavedRun's), so a
+    fork made of it writes no segment twice."""
+
+    pieces: tuple[str, ...]
+    refs: tuple[str, ...]
+    _texts: dict[str, bytes]
+
+    def segment(self, ref: str) -> bytes:
+        return self._texts[ref]
+
+
+def parts_of(saved: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(pieces, refs) of a saved run: SavedRun's and Segmented's own, a plain str's one piece."""
+    refs = getattr(saved, "refs", None)
+    if refs is None:
+        return (str(saved),), ()
+    return tuple(saved.pieces), tuple(refs)  # type: ignore[attr-defined]
+
+
+def join_saved(run_id: str, pieces: Any, refs: Any, texts: dict[str, bytes]) -> Segmented:
+    """The saved run of a history entry: its pieces with each segment's text between them."""
+    if (
+        type(pieces) is not list
+        or type(refs) is not list
+        or len(pieces) != len(refs) + 1
+        or not all(type(p) is str for p in pieces)
+        or not all(type(r) is str for r in refs)
+    ):
+        raise StoreDataError.bad_field(run_id, "history", "has a head that is not {pieces, refs}")
+    missing = sorted(set(refs) - texts.keys())
+    if missing:
+        raise StoreDataError.bad_field(
+            run_id, "history", f"names segments the store does not hold ({', '.join(missing[:3])}): it is damaged"
+        )
+    out = [pieces[0]]
+    for ref, piece in zip(refs, pieces[1:], strict=True):
+        out += (texts[ref].decode(), piece)
+    saved = Segmented("".join(out))
+    saved.pieces, saved.refs, saved._texts = tuple(pieces), tuple(refs), {ref: texts[ref] for ref in refs}
+    return saved
+
+
+def appends(changes: dict[str, Any], kept: int | None) -> bool:
+    """Whether a checkpoint with `changes` appends to the history (a store keeping `kept` entries): it leaves
+    the run waiting with a new saved run."""
+    return kept != 0 and changes.get("status") == "waiting" and "saved" in changes
+
+
+def retention(value: Any) -> int | None:
+    """`--history N|all` as a store takes it: None keeps every entry; N >= 0 the last N (0: none)."""
+    if value is None or value == "all":
+        return None
+    try:
+        kept = int(value)
+    except (TypeError, ValueError):
+        kept = -1
+    if isinstance(value, bool) or kept < 0 or str(kept) != str(value).strip():
+        raise ValueError(f"history is a number of checkpoints >= 0 or 'all', not {value!r}")
+    return kept
+
+
+def _aad(label: bytes, *values: Any) -> bytes:
+    parts = [str(value).encode() for value in values]
+    return label + b"".join(len(part).to_bytes(4, "big") + part for part in parts)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """An entry as a backend stores it: K, the time, the key id, the sealed info and head."""
+
+    k: int
+    at: float
+    key: str
+    info: bytes
+    head: bytes
+
+    @classmethod
+    def seal(cls, keys: KeyRing, run_id: str, checkpoint: Checkpoint, saved: str) -> HistoryEntry:
+        pieces, refs = parts_of(saved)
+        key, k = keys.sealing_id, checkpoint.k
+        info = json.dumps(checkpoint.as_json(), separators=(",", ":"), ensure_ascii=False).encode()
+        head = json.dumps({"pieces": pieces, "refs": refs}, separators=(",", ":"), ensure_ascii=False)
+        return cls(
+            k,
+            checkpoint.at,
+            key,
+            keys.seal(info, _aad(INFO_LABEL, run_id, k, key)),
+            keys.seal(head.encode("utf-8", "surrogatepass"), _aad(HEAD_LABEL, run_id, k, key)),
+        )
+
+    def _open(self, keys: KeyRing, run_id: str, label: bytes, sealed: bytes) -> Any:
+        try:
+            plain = keys.open(self.key, sealed, _aad(label, run_id, self.k, self.key))
+        except SealError:
+            raise StoreDataError.bad_field(
+                run_id, f"history[{self.k}]", "does not match its seal (edited, or moved from another run or place)"
+            ) from None
+        return json.loads(plain.decode("utf-8", "surrogatepass"))
+
+    def checkpoint(self, keys: KeyRing, run_id: str) -> Checkpoint:
+        found = Checkpoint.from_json(run_id, self._open(keys, run_id, INFO_LABEL, self.info))
+        if found.k != self.k:
+            raise StoreDataError.bad_field(run_id, f"history[{self.k}]", f"holds the info of entry {found.k}")
+        return found
+
+    def parts(self, keys: KeyRing, run_id: str) -> tuple[Any, Any]:
+        head = self._open(keys, run_id, HEAD_LABEL, self.head)
+        if type(head) is not dict:
+            raise StoreDataError.bad_field(run_id, f"history[{self.k}]", "has a head that is not {pieces, refs}")
+        return head.get("pieces"), head.get("refs")
+
+    def resealed(self, keys: KeyRing, run_id: str) -> HistoryEntry:
+        """The same entry sealed with the ring's first key (a rekey)."""
+        found = self.checkpoint(keys, run_id)
+        pieces, refs = self.parts(keys, run_id)
+        saved = Segmented("")
+        saved.pieces, saved.refs = tuple(pieces), tuple(refs)
+        return HistoryEntry.seal(keys, run_id, found, saved)
+
+
+def seal_segment(keys: KeyRing, ref: str, text: bytes) -> tuple[str, bytes]:
+    """(key id, sealed text) of the segment `ref`."""
+    key = keys.sealing_id
+    return key, keys.seal(text, _aad(SEGMENT_LABEL, ref, key))
+
+
+def open_segment(keys: KeyRing, run_id: str, ref: str, key: str, sealed: bytes) -> bytes:
+    """A segment's text, checked against its seal and its name."""
+    try:
+        text = keys.open(key, sealed, _aad(SEGMENT_LABEL, ref, key))
+    except SealError:
+        text = None
+    if text is None or hashlib.blake2b(text, digest_size=16).hexdigest() != ref:
+        raise StoreDataError.bad_field(run_id, f"segments[{ref}]", "does not match its seal or its name")
+    return text
+
+
+def reseal_segment(keys: KeyRing, run_id: str, ref: str, key: str, sealed: bytes) -> tuple[str, bytes]:
+    """A segment sealed with the ring's first key (a rekey), checked first."""
+    return seal_segment(keys, ref, open_segment(keys, run_id, ref, key, sealed))
+
+
+def new_segments(saved: str, known: Iterable[str], keys: KeyRing) -> list[tuple[str, str, bytes]]:
+    """(ref, key id, sealed text) of each segment of `saved` not among the `known` refs."""
+    _, refs = parts_of(saved)
+    known = set(known)
+    out = []
+    for ref in dict.fromkeys(refs):
+        if ref not in known:
+            out.append((ref, *seal_segment(keys, ref, saved.segment(ref))))  # type: ignore[attr-defined]
+    return out
+
+
+def opened_segments(
+    keys: KeyRing, run_id: str, refs: Any, fetch: Callable[[list[str]], dict[str, tuple[str, bytes]]]
+) -> dict[str, bytes]:
+    """The texts of `refs`, `fetch(refs)` giving ref -> (key id, sealed text) for those the store holds."""
+    wanted = sorted({ref for ref in refs if type(ref) is str}) if type(refs) is list else []
+    return {ref: open_segment(keys, run_id, ref, key, sealed) for ref, (key, sealed) in fetch(wanted).items()}
