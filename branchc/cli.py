@@ -746,6 +746,79 @@ def runs_show(
         )
 
 
+@runs_app.command("history")
+def runs_history(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
+    store_url: StoreOption = None,
+    as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
+) -> None:
+    """A run's past checkpoints, oldest first: K (what `runs fork --at` takes), when, where it waited (point),
+    what it asked, and the answers that moved it on, who gave them and when."""
+    import time
+
+    from rich.table import Table
+
+    from .bridge.runs import describe_history, find_run
+
+    with _runs_store(store_url, state_key) as store:
+        ident = find_run(store, run_id).run_id
+        entries = describe_history(store, ident)
+    if as_json:
+        _print_json(entries)
+        return
+    if not entries:
+        err.print(f"run {escape(ident)} keeps no checkpoints (the store keeps none: history=0, or it never waited)")
+        return
+    now = time.time()
+    table = Table(title=f"history of run {escape(ident)}", title_justify="left")
+    for column in ("K", "when", "waited at", "asked", "answered", "by"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        waits = "\n".join(escape(w.get("point") or f"{w['function']}:{w['line']}") for w in entry["waits"])
+        asked = "\n".join(f"{p.get('kind', '?')}: {escape(str(p.get('summary', '')))}" for p in entry["asked"])
+        answers = entry["answers"]
+        answered = (
+            "[dim]waits here[/]" if answers is None else escape(_clipped(json.dumps(answers, ensure_ascii=False)))
+        )
+        if entry["forked_from"]:
+            waits += f"\n[dim](fork of {escape(entry['forked_from']['run'][:12])} at {entry['forked_from']['k']})[/]"
+        table.add_row(
+            str(entry["k"]),
+            f"{_span(now - entry['at'])} ago",
+            waits,
+            asked,
+            answered,
+            escape(entry["answered_by"] or "-"),
+        )
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def _clipped(text: str, most: int = 120) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+@runs_app.command("fork")
+def runs_fork(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id, or a unique start of one.")],
+    at: Annotated[int, typer.Option("--at", min=0, metavar="K", help="The checkpoint, as `runs history` lists it.")],
+    store_url: StoreOption = None,
+    as_json: JsonOption = False,
+    state_key: StateKeyOption = None,
+) -> None:
+    """A new run (new id, same owner) waiting where the run waited at checkpoint K, made from that checkpoint
+    (nothing is replayed; the run itself is untouched). It continues like any waiting run: `branchc runs resume
+    NEW --tools PATH --responses FILE` or `--interactive`. Prints the new id."""
+    from .bridge.runs import fork_run
+
+    with _runs_store(store_url, state_key) as store:
+        record = fork_run(store, run_id, at)
+    if as_json:
+        _print_json({"run_id": record.run_id, "forked_from": record.meta.extra.get("forked_from")})
+        return
+    print(record.run_id)
+
+
 ForceOption = Annotated[
     bool,
     typer.Option(

@@ -125,11 +125,14 @@ def default_store_url() -> str:
     return "sqlite:///" + str((state_dir() / "runs.db").resolve())
 
 
-def serving_store(url: str | None, *, http: bool, keys: KeyRing | None = None) -> RunStore | None:
+def serving_store(
+    url: str | None, *, http: bool, keys: KeyRing | None = None, history: str | None = None
+) -> RunStore | None:
     """The store `branchc serve --store URL` names; with no URL, the default SQLite file over HTTP (its
     folder created if missing, mode 0700) and none over stdio. Its records are sealed with `keys`: by
     default `state_keys($BRANCHC_STATE_KEY, state_dir())`, the key made once and kept in the state folder
-    when no key is given (serve passes `state_keys(--state-key, state_dir())`). StoreURLError /
+    when no key is given (serve passes `state_keys(--state-key, state_dir())`). `history`: the past checkpoints
+    of each run it keeps (serve's --history; None: the URL says, else all). StoreURLError /
     StoreUnavailableError / StoreKeyError say what is wrong."""
     if url is None:
         if not http:
@@ -140,7 +143,7 @@ def serving_store(url: str | None, *, http: bool, keys: KeyRing | None = None) -
         return None
     if keys is None:
         keys = state_keys(os.environ.get("BRANCHC_STATE_KEY"), state_dir())
-    return open_store(url, keys)
+    return open_store(url, keys, history=history)
 
 
 STORE_THREADS = 8  # store calls at once, per process: writes queue up at the store anyway, and each thread
@@ -243,7 +246,7 @@ def _pending(machine: Machine) -> tuple[dict[str, Any], ...]:
             last = messages[-1] if messages else None
             content = getattr(last, "content", last)
             if not isinstance(content, str):
-                content = getattr(content, "text", None) or json.dumps(_jsonish(content))[:SUMMARY_CHARS]
+                content = getattr(content, "text", None) or json.dumps(json_data(content))[:SUMMARY_CHARS]
             summary = _clip(content)
         else:
             summary = _clip(request.elicit.message if request.elicit is not None else "")
@@ -251,11 +254,12 @@ def _pending(machine: Machine) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def _jsonish(value: Any) -> Any:
+def json_data(value: Any) -> Any:
+    """A value as JSON data, for metadata and history: models dumped, anything else JSON lacks as its repr."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_none=True)
     if isinstance(value, list):
-        return [_jsonish(item) for item in value]
+        return [json_data(item) for item in value]
     return value if isinstance(value, (str, int, float, bool, dict, type(None))) else repr(value)
 
 
@@ -692,7 +696,14 @@ class DurableRounds:
                     with contextlib.suppress(StoreUnavailableError):  # the write meets the outage, keeps the outcome
                         self.caps.admit(record.owner, len(text.encode()), grows_from=record.size)
                 return self.store.checkpoint(
-                    record.run_id, claimed.version, status="waiting", saved=text, meta=meta, expires=expires
+                    record.run_id,
+                    claimed.version,
+                    status="waiting",
+                    saved=text,
+                    meta=meta,
+                    expires=expires,
+                    answers={key: json_data(value) for key, value in responses.items()},
+                    by=record.owner,
                 )
 
             try:

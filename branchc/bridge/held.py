@@ -31,7 +31,7 @@ from ..runtime.machine import Machine
 from ..runtime.tool import Tool
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError
 from .auth import current_principal
-from .durable import run_meta, store_io
+from .durable import json_data, run_meta, store_io
 from .holder import describe_holder, holder
 
 __all__ = ["HELD_TTL", "HeldRun"]
@@ -52,6 +52,7 @@ class HeldRun:
         self.ttl = ttl
         self.record = record
         self.me = holder()
+        self._answers: dict[str, Any] = {}  # since the run last came to wait: its history's next entry has them
 
     @property
     def run_id(self) -> str | None:
@@ -78,7 +79,7 @@ class HeldRun:
         )
         self.record = await self._write(status="waiting", meta=meta)
 
-    async def answering(self) -> None:
+    async def answering(self, key: str, how: str, value: Any) -> None:
         """An answer arrived: this process still holds the run (a compare-and-swap that refreshes its expiry),
         else RunTakenOverError, before the run moves on with it. Its meta and saved run are given as they stand
         (the record written at this version has them), so the store neither reads the record again nor parses
@@ -86,6 +87,7 @@ class HeldRun:
         record = self.record
         assert record is not None
         self.record = await self._write(saved=record.saved, meta=record.meta, expires=time.time() + self.ttl)
+        self._answers[key] = json_data(value) if how == "answer" else {how: str(value) if value is not None else None}
 
     async def saved(self, saved: str, machine: Machine) -> None:
         """The run as it waits now, before its requests are asked."""
@@ -96,7 +98,10 @@ class HeldRun:
             self.record = record
             return
         meta = self._meta(machine, self.record.meta.extra)
-        self.record = await self._write(status="waiting", saved=saved, meta=meta, expires=time.time() + self.ttl)
+        answers, self._answers = self._answers, {}
+        # a new wait (answers moved the run) is a new entry of its history; the wait a resume starts at is not
+        moved = {"status": "waiting", "answers": answers, "by": current_principal()} if answers else {}
+        self.record = await self._write(saved=saved, meta=meta, expires=time.time() + self.ttl, **moved)
 
     async def end(self, status: str, response: dict[str, Any] | None) -> None:
         """The run ended here (done, failed, cancelled): say so, with its response; never raises."""

@@ -18,6 +18,11 @@ another `runs resume`) is neither resumed nor cancelled; one held on another hos
 `end_run` is that ending (a compare-and-swap that marks the record ended, then the halt), shared with
 expiry.py, which ends runs that expired waiting: a server's sweeper, and `branchc runs gc --tools PATH`.
 
+A run's history (store/history.py) lists where it waited at each checkpoint K, what it asked, what it was
+answered and by whom; forking makes a new run (a new id, the same owner) of checkpoint K, waiting there: its
+record is written from that checkpoint's saved run, so nothing is replayed, and it shares nothing with its
+parent but the text it started from.
+
 Re-keying seals every run anew with the first key of the ring the store was opened with (`branchc runs
 rekey`: the store's `rekey`), so that an older key can then be dropped.
 """
@@ -36,7 +41,8 @@ from ..runtime.driver import Event, resume_tool
 from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityError, RunTakenOverError
 from ..runtime.runstate import RunStateError, dump_run, load_run
 from ..runtime.tool import Tool
-from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
+from ..store.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreDataError
+from ..store.history import Checkpoint
 from ..store.keys import KeyRing
 from .durable import moved_meta, serving_store, stored_response, tool_code_hash
 from .held import HeldRun
@@ -49,6 +55,8 @@ __all__ = [
     "RunsError",
     "cancel_run",
     "describe",
+    "describe_history",
+    "fork_run",
     "end_run",
     "find_run",
     "load_tools",
@@ -306,6 +314,61 @@ async def resume_run(
         raise
     await held.end("done", stored_response(result_of(value)))
     return Resumed(held.record, value)
+
+
+def describe_history(store: RunStore, ident: str) -> list[dict[str, Any]]:
+    """The run's kept checkpoints as JSON data, oldest first: K, when, where it waited and what it asked, and the
+    answers that moved it on from there (the next entry's), who gave them and when (None while it waits there)."""
+    record = find_run(store, ident)
+    entries = store.history(record.run_id)
+    out = []
+    for index, entry in enumerate(entries):
+        after = entries[index + 1] if index + 1 < len(entries) and entries[index + 1].k == entry.k + 1 else None
+        out.append(
+            {
+                "k": entry.k,
+                "at": entry.at,
+                "era": entry.meta.era,
+                "code_hash": entry.meta.code_hash,
+                "waits": [w.as_json() for w in entry.meta.waits],
+                "asked": list(entry.meta.pending),
+                "answers": after.answers if after is not None else None,
+                "answered_by": after.by if after is not None else None,
+                "answered_at": after.at if after is not None else None,
+                "forked_from": {"run": entry.forked_from[0], "k": entry.forked_from[1]} if entry.forked_from else None,
+            }
+        )
+    return out
+
+
+_NOT_CARRIED = ("held", "claim", "round", "answered", "asked_at", "ended_by")  # of the parent's process and rounds
+
+
+def fork_run(store: RunStore, ident: str, at: int, *, ttl: float | None = None) -> RunRecord:
+    """A new run (a new id, the parent's owner) waiting where the run `ident` waited at its checkpoint `at`,
+    written from that checkpoint: no replay, and no state shared with the parent. It lives `ttl` seconds (by
+    default as long as the parent lives between rounds) and continues like any waiting run (`resume_run`)."""
+    parent = find_run(store, ident)
+    run = parent.run_id
+    try:
+        entry, saved = store.saved_at(run, at)
+    except KeyError:
+        kept = [entry.k for entry in store.history(run)]
+        have = f"it keeps checkpoints {_ranges(kept)}" if kept else "it keeps none (the store was told history=0)"
+        raise RunsError(f"run {run!r} has no checkpoint {at}: {have}; see `branchc runs history {run}`") from None
+    meta = _forked_meta(entry, run)
+    life = ttl if ttl is not None else max(parent.expires - parent.updated, 60.0)
+    record = RunRecord.new(parent.tool, saved, ttl=life, meta=meta, owner=parent.owner)
+    return store.create(record, forked_from=(run, entry.k))
+
+
+def _forked_meta(entry: Checkpoint, parent: str) -> RunMeta:
+    extra = {k: v for k, v in entry.meta.extra.items() if k not in _NOT_CARRIED}
+    return dataclasses.replace(entry.meta, extra=extra | {"forked_from": {"run": parent, "k": entry.k}})
+
+
+def _ranges(ks: list[int]) -> str:
+    return f"{ks[0]} to {ks[-1]}" if len(ks) > 1 else str(ks[0])
 
 
 def saved_by(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:

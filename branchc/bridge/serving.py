@@ -41,7 +41,8 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
     store = executor = engine = None
     try:
         keys = settings.key_ring()  # one ring seals request_state, the store's records and the workers' steps
-        store = serving_store(settings.store, http=settings.http is not None, keys=keys)
+        history = None if settings.history == "all" else settings.history
+        store = serving_store(settings.store, http=settings.http is not None, keys=keys, history=history)
         try:
             executor = open_executor(spec, key=keys.secrets[0])
         except ExecutorSpecError as error:

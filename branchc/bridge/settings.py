@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ..errors import BranchcError
+from ..store.history import retention
 
 if TYPE_CHECKING:
     from ..store.keys import KeyRing
@@ -84,6 +85,10 @@ class ServeSettings(BaseSettings):
     """Where runs wait between rounds: sqlite:///runs.db, redis://HOST:PORT/0, or none (request_state carries
     the whole run). Default: HTTP, runs.db in $BRANCHC_STATE_DIR (~/.local/state/branchc); stdio, none."""
 
+    history: str = "all"
+    """With a store: how many past checkpoints of each run it keeps, for `branchc runs history` and `runs fork`:
+    a number (0 keeps none), or all while the run lives."""
+
     max_runs: int = Field(10_000, ge=1)
     """With a store: most runs it holds waiting at once (every era, every caller); a new 2026-07-28 run past
     it is refused."""
@@ -141,6 +146,12 @@ class ServeSettings(BaseSettings):
     unsafe_handlers: bool = False
     """With --handler-engine cpython where bubblewrap cannot run: run handlers with resource limits only, in no
     sandbox. Only for handlers you trust."""
+
+    @field_validator("history")
+    @classmethod
+    def _history(cls, value: str) -> str:
+        retention(value.strip().lower())  # a ValueError that says what it takes
+        return value.strip().lower()
 
     @field_validator("http")
     @classmethod
@@ -233,8 +244,8 @@ class ServeSettings(BaseSettings):
 
 _GROUPS = {
     "Who may call (HTTP)": "auth_tokens auth_jwks auth_issuer auth_audience public_url allow_anonymous allowed_hosts",
-    "Runs and their state": "state_key state_ttl store max_runs max_runs_mb principal_max_runs principal_max_mb "
-    "principal_max_calls",
+    "Runs and their state": "state_key state_ttl store history max_runs max_runs_mb principal_max_runs "
+    "principal_max_mb principal_max_calls",
     "Who answers": "sampling provider_url provider_model provider_key guided guided_ttl guided_max_runs "
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",

@@ -51,8 +51,9 @@ class Checkpoint(Protocol):
     async def saved(self, text: str, machine: Machine) -> None:
         """The run's JSON text (runstate.dump_run) at a suspension, before any request of it is asked."""
 
-    async def answering(self) -> None:
-        """An answer arrived: called before the run moves on with it, so a run taken over meanwhile does not."""
+    async def answering(self, key: str, how: str, value: Any) -> None:
+        """An answer arrived (`how`: answer, error, closed or expired; `value`: the answer or the error) for
+        request `key`: called before the run moves on with it, so a run taken over meanwhile does not."""
 
 
 CLEANUP_SEND_TIMEOUT = 5.0  # what a halted run's last logs may take to send, all together
@@ -296,7 +297,7 @@ class _Run:
                     del asked[key]
                     if self.checkpoint is not None:
                         try:
-                            await self.checkpoint.answering()
+                            await self.checkpoint.answering(key, how, value)
                         except RunTakenOverError as error:
                             machine.release()
                             unsaved = error  # released: the process that took it over runs the rest

@@ -166,7 +166,9 @@ class HistoryEntry:
     def seal(cls, keys: KeyRing, run_id: str, checkpoint: Checkpoint, saved: str) -> HistoryEntry:
         pieces, refs = parts_of(saved)
         key, k = keys.sealing_id, checkpoint.k
-        info = json.dumps(checkpoint.as_json(), separators=(",", ":"), ensure_ascii=False).encode()
+        # answers are what a client sent: anything JSON lacks is kept as its text, never an error of the write
+        info = json.dumps(checkpoint.as_json(), separators=(",", ":"), ensure_ascii=False, default=repr)
+        info = info.encode("utf-8", "surrogatepass")
         head = json.dumps({"pieces": pieces, "refs": refs}, separators=(",", ":"), ensure_ascii=False)
         return cls(
             k,
