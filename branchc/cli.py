@@ -445,9 +445,15 @@ def graph(
     trace: Annotated[
         Path | None, typer.Option("--trace", metavar="FILE", help="Overlay a run recorded by `branchc run --trace`.")
     ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option("--run", metavar="ID", help="Overlay a stored run's path (its history) and where it waits."),
+    ] = None,
+    store_url: StoreOption = None,
+    state_key: StateKeyOption = None,
 ) -> None:
     """Draw the split graph of a tool or resumable function: phases, states, suspensions, what each carries."""
-    from .viz.graph import GraphError, load_manifest, overlay_trace, split_graph
+    from .viz.graph import GraphError, load_manifest, overlay_history, overlay_trace, split_graph
     from .viz.render import RenderError, render
     from .viz.trace import TraceError, read_trace
 
@@ -457,6 +463,11 @@ def graph(
     try:
         if tool_name is not None and function is not None:
             raise CliError("give --tool NAME or --function QUALNAME, not both")
+        if run_id is not None and trace is not None:
+            raise CliError("give --trace FILE or --run ID, not both")
+        stored = _stored_path(run_id, store_url, state_key) if run_id is not None else None
+        if stored is not None and tool_name is None and function is None:
+            tool_name = stored[0]
         if path.suffix in (".yaml", ".yml") and function is None and trace is None and tool_name is None:
             from .viz.workflow import workflow_graph
 
@@ -469,6 +480,8 @@ def graph(
             drawn = split_graph(load_manifest(path), tool=tool_name, function=function)
         if trace is not None:
             overlay_trace(drawn, read_trace(trace))
+        if stored is not None:
+            overlay_history(drawn, *stored)
         data = render(drawn, fmt.value)
     except (CliError, GraphError, RenderError, TraceError, ValueError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
@@ -487,6 +500,15 @@ def graph(
         err.print(f"[red bold]error:[/] -o {escape(str(output))}: cannot write it: {escape(error.strerror or '')}")
         raise typer.Exit(1) from None
     err.print(f"wrote {escape(str(output))} ({fmt.value}, {drawn.number_of_nodes()} nodes)")
+
+
+def _stored_path(run_id: str, store_url: str | None, state_key: str | None) -> tuple[str, str, list[dict]]:
+    """(tool, status, history) of the stored run `run_id`, for `graph --run`."""
+    from .bridge.runs import describe_history, find_run
+
+    with _runs_store(store_url, state_key) as store:
+        record = find_run(store, run_id)
+        return record.tool, record.status, describe_history(store, record.run_id)
 
 
 _SUFFIX_FORMATS = {

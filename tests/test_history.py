@@ -9,7 +9,9 @@ end-to-end tests a `branchc serve --http --store` subprocess called by the real 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -364,6 +366,21 @@ def _fresh(answers: list[Any], log: Path) -> Any:
     return anyio.run(lambda: run_tool(tool, {"rounds": len(answers), "log": str(log)}, MockClient(samples, forms)))
 
 
+def _graph(*arguments: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "branchc", "graph", *arguments], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _node(dot: str, text: str) -> str:
+    """The label of the one node of `dot` whose label holds `text`."""
+    labels = re.findall(r'\t(n\d+) \[label="((?:[^"\\]|\\.)*)"', dot)
+    (label,) = [label for _, label in labels if text in label]
+    return label
+
+
 def _responses(tmp_path: Path, samples: list[str], values: list[int]) -> Path:
     path = tmp_path / "answers.yaml"
     elicit = [{"action": "accept", "content": {"value": v}} for v in values]
@@ -397,6 +414,13 @@ def test_a_served_run_is_forked_at_a_past_checkpoint_and_both_go_on_apart(tmp_pa
         assert history[3]["answers"] is None and history[2]["answered_by"] is None  # waits there; no auth
         table = runs("history", parent, "--store", db)
         assert table.returncode == 0 and "question 3" in table.stdout and "waits here" in table.stdout
+        drawn = _graph(str(DURABLE), "--run", parent[:8], "--store", db, "--format", "dot")
+        sample, form = (
+            _node(drawn, f"point try:body/for/if:{arm}") for arm in ("then/sample:reply", "else/elicit:number")
+        )
+        assert "visited #0, #2" in sample and "visited #1, #3" in form
+        assert "waits here: branch 0" in form and "waits here" not in sample
+        assert "#0 sample → reply 0" in sample and '#1 elicit → accept {\\"value\\": 1}' in form
         made = runs("fork", parent, "--at", "1", "--store", db, "--json")
         assert made.returncode == 0, made.stderr
         fork = json.loads(made.stdout)["run_id"]

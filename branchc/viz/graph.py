@@ -21,7 +21,7 @@ import networkx as nx
 from ..splitter.build import MANIFEST, build_folder
 from ..splitter.compiler import COMPILER_VERSION
 
-__all__ = ["GraphError", "load_manifest", "overlay_trace", "split_graph"]
+__all__ = ["GraphError", "load_manifest", "overlay_history", "overlay_trace", "split_graph"]
 
 
 class GraphError(ValueError):
@@ -352,3 +352,53 @@ def overlay_trace(graph: nx.MultiDiGraph, trace: dict) -> None:
                 graph.add_edge(current, f"{prefix}:raise", kind="exception", label="raise")
             visit("0", f"{prefix}:raise")
     graph.graph["trace"] = {"tool": trace.get("tool"), "params": trace.get("params"), "steps": order}
+
+
+def _answered(key: str, value: Any) -> str:
+    """One stored answer in short, as a trace's are shown: a sample's text, a form's action and content."""
+    if isinstance(value, dict) and isinstance(value.get("content"), dict) and "text" in value["content"]:
+        return f"sample → {value['content']['text']}"
+    if isinstance(value, dict) and "action" in value:
+        content = value.get("content")
+        return f"elicit → {value['action']}" + (f" {json.dumps(content, ensure_ascii=False)}" if content else "")
+    return f"{key} → {json.dumps(value, ensure_ascii=False, default=str)}"
+
+
+def overlay_history(graph: nx.MultiDiGraph, tool: str, status: str, history: list[dict[str, Any]]) -> None:
+    """Mark a stored run's path (bridge/runs.py `describe_history`): the state each of its waits was at, by the
+    K `branchc runs history` gives it, the answers that moved it on, and where each branch waits now. A wait is
+    found by its point's name (the same across builds), else by its function and line."""
+    drawn = graph.graph.get("tool")
+    if drawn is not None and tool != drawn:
+        raise GraphError(f"the run is of tool {tool!r} and the graph of {drawn!r}; draw it with --tool {tool}")
+    by_point: dict[tuple[str, str], str] = {}
+    by_line: dict[tuple[str, int], str] = {}
+    for node, data in graph.nodes(data=True):
+        if data.get("kind") == "state" and data["state"] != 0:
+            if data.get("point"):
+                by_point[(data["function"], data["point"])] = node
+            by_line.setdefault((data["function"], data["at"][0]), node)
+    at: dict[str, str] = {}  # branch -> the node it waited at last
+    for index, entry in enumerate(history):
+        last = index == len(history) - 1
+        for wait in entry["waits"]:
+            node = by_point.get((wait["function"], wait.get("point", ""))) or by_line.get(
+                (wait["function"], wait["line"])
+            )
+            if node is None:
+                continue  # a wait of another build, at a point this one lacks
+            data = graph.nodes[node]
+            data.setdefault("visits", []).append(entry["k"])
+            previous = at.get(wait["branch"])
+            if previous is not None:
+                for _, target, edge in graph.out_edges(previous, data=True):
+                    if target == node and edge["kind"] != "link":
+                        edge.setdefault("visits", []).append(entry["k"])
+                        break
+            at[wait["branch"]] = node
+            if isinstance(entry["answers"], dict):
+                for key, value in entry["answers"].items():
+                    data.setdefault("answers", []).append(f"#{entry['k']} {_answered(key, value)}")
+            if last and status == "waiting":
+                data.setdefault("waiting", []).append(wait["branch"])
+    graph.graph["trace"] = {"tool": tool, "params": None, "steps": len(history)}

@@ -94,6 +94,8 @@ def node_lines(data: dict[str, Any]) -> list[str]:
         if data["live"]:
             names = list(dict.fromkeys(map(readable, data["live"])))
             lines += _wrap([f"carries: {names[0]}", *names[1:]])
+    if data.get("waiting"):
+        lines.append("waits here: branch " + ", ".join(data["waiting"]))
     if data.get("visits"):
         lines.append("visited #" + ", #".join(map(str, data["visits"])))
     for answer in data.get("answers", [])[:2]:
