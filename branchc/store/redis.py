@@ -52,6 +52,7 @@ from .history import (
     join_saved,
     new_segments,
     opened_segments,
+    parts_of,
     reseal_segment,
     retention,
 )
@@ -440,7 +441,16 @@ class RedisStore:
         entry = HistoryEntry.seal(self.keys, record.run_id, checkpoint_of(record, k, now, notes), record.saved)
         drop = -1 if self.history_kept is None else k - self.history_kept
         args: list[Any] = [k, -1 if last is None else int(last), repr(now), entry.key, entry.info, entry.head, drop]
-        for ref, key, sealed in new_segments(record.saved, [ref.decode() for ref in known], self.keys):
+        known = [ref.decode() for ref in known]
+        forked = notes.get("forked_from")
+        if forked is not None:  # the parent's segments as they are sealed (a segment's seal names no run)
+            refs = list(dict.fromkeys(parts_of(record.saved)[1]))
+            values = self._call(doing, self.client.hmget, self._run_keys(forked[0])[-1], refs) if refs else []
+            for ref, value in zip(refs, values, strict=True):
+                if value is not None:
+                    args += [ref, value]
+                    known.append(ref)
+        for ref, key, sealed in new_segments(record.saved, known, self.keys):
             args += [ref, key.encode() + b"\n" + sealed]
         return args
 

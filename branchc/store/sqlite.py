@@ -14,6 +14,7 @@ An unended run (waiting, running) that expired keeps its row, unseen by every re
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -42,6 +43,7 @@ from .history import (
     join_saved,
     new_segments,
     opened_segments,
+    parts_of,
     reseal_segment,
     retention,
 )
@@ -401,6 +403,13 @@ class SQLiteStore:
         (last,) = conn.execute("SELECT MAX(k) FROM history WHERE run_id = ?", (run_id,)).fetchone()
         k = 0 if last is None else last + 1
         entry = HistoryEntry.seal(self.keys, run_id, checkpoint_of(record, k, now, notes), record.saved)
+        forked = notes.get("forked_from")
+        if forked is not None:  # the parent's segments as they are sealed (a segment's seal names no run)
+            conn.execute(
+                "INSERT OR IGNORE INTO segments SELECT ?, ref, key, sealed FROM segments WHERE run_id = ? AND ref IN "
+                "(SELECT value FROM json_each(?))",
+                (run_id, forked[0], json.dumps(parts_of(record.saved)[1])),
+            )
         known = [ref for (ref,) in conn.execute("SELECT ref FROM segments WHERE run_id = ?", (run_id,))]
         conn.executemany(
             "INSERT OR IGNORE INTO segments VALUES (?, ?, ?, ?)",
