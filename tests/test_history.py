@@ -211,8 +211,14 @@ def test_a_fork_is_a_new_run_of_the_same_owner_sharing_nothing_with_its_parent(s
     assert finish(forked, ["f1", "f2", "f3", "f4", "f5"])["replies"] == ["r0", "f1", "f2", "f3", "f4", "f5"]
     assert finish(machine, ["r3", "r4", "r5"])["replies"] == [f"r{i}" for i in range(6)]
     # and so do their histories
-    record = store.checkpoint(fork.run_id, fork.version, status="waiting", saved=fork.saved, answers={"x": 1})
+    handoff, again = load_run(fork.saved)
+    answer(again, "g1")
+    record = store.checkpoint(fork.run_id, fork.version, status="waiting", saved=dump_run(handoff, again))
+    again.release()
     assert [e.k for e in store.history(record.run_id)] == [0, 1] and len(store.history(run_id)) == 4
+    # a run put back as it was read (a refused round) waits where it waited: no entry
+    record = store.checkpoint(record.run_id, record.version, status="waiting", saved=str(record.saved))
+    assert len(store.history(record.run_id)) == 2
 
 
 def test_history_is_sealed_an_edited_moved_or_swapped_part_is_refused(tmp_path, chat):

@@ -375,9 +375,9 @@ class RunStore(Protocol):
     def checkpoint(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
         """Atomically write `changes` (status, saved, meta, expires) if the run is still at
         `expected_version`; returns the new record (version + 1, updated now). StaleRunError when another
-        writer moved it on, RunNotFoundError when it is gone. A write that leaves it waiting with a new saved
-        run appends to its history, in the same transaction, with the notes `answers` (what the round was
-        answered) and `by` (who answered)."""
+        writer moved it on, RunNotFoundError when it is gone. A write that leaves it waiting with a saved run
+        made anew (dump_run's, with its parts) appends to its history, in the same transaction, with the
+        notes `answers` (what the round was answered) and `by` (who answered)."""
 
     def history(self, run_id: str) -> list[Checkpoint]:
         """The run's kept history entries, oldest first (empty when it has none, or is gone)."""

@@ -1,11 +1,11 @@
 """A run's past checkpoints, kept beside its record so that a run can be looked back on and forked.
 
-Each time a run comes to wait (it is created waiting, or a checkpoint leaves it waiting with a new saved
-run), the store appends an entry K = 0, 1, 2, ...: where it waited, what it asked, the answers that brought
-it there and who gave them (`Checkpoint`), and the saved run in two parts. The parts are the run's
-`pieces` and `refs` (runstate.SavedRun): every full block of plain messages in a branch's history is a
-segment, named by its digest and kept once per run, so a checkpoint writes its head and the blocks it added,
-not the conversation again. A saved text without parts (a plain str) is one piece.
+Each time a run comes to wait (it is created waiting, or a checkpoint leaves it waiting with a saved run
+made anew: dump_run's SavedRun), the store appends an entry K = 0, 1, 2, ...: where it waited, what it
+asked, the answers that brought it there and who gave them (`Checkpoint`), and the saved run in two parts.
+The parts are the run's `pieces` and `refs` (runstate.SavedRun): every full block of plain messages in a
+branch's history is a segment, named by its digest and kept once per run, so a checkpoint writes its head
+and the blocks it added, not the conversation again. A saved text without parts (a plain str) is one piece.
 
 Everything but the run id, K, the time and the key id is sealed with the store's key, as records are:
 
@@ -130,8 +130,9 @@ def join_saved(run_id: str, pieces: Any, refs: Any, texts: dict[str, bytes]) -> 
 
 def appends(changes: dict[str, Any], kept: int | None) -> bool:
     """Whether a checkpoint with `changes` appends to the history (a store keeping `kept` entries): it leaves
-    the run waiting with a new saved run."""
-    return kept != 0 and changes.get("status") == "waiting" and "saved" in changes
+    the run waiting with a saved run made anew (runstate.SavedRun, with its parts), not one put back as it
+    was read (a plain str: a refused round's run, waiting again where it waited)."""
+    return kept != 0 and changes.get("status") == "waiting" and hasattr(changes.get("saved"), "refs")
 
 
 def retention(value: Any) -> int | None:
