@@ -139,6 +139,30 @@ def test_every_wait_is_kept_and_a_fork_at_each_ends_as_a_fresh_run_fed_the_same_
         assert finish(forked, others) == expected
 
 
+def test_two_replicas_taking_turns_keep_one_history(store, chat):
+    """Each store remembers what it appended last (so its next write need not read it again) only for the
+    record it wrote: a write by the other replica in between, or a claim, and it reads the history again."""
+    other = (
+        SQLiteStore(store.path, keys=KEYS)
+        if isinstance(store, SQLiteStore)
+        else RedisStore(store.url, keys=KEYS, prefix=store.prefix)
+    )
+    handoff, machine = started(chat, 140)
+    record = store.create(RunRecord.new(chat.name, dump_run(handoff, machine), ttl=600))
+    turns = [store, store, other, store, other, other, store] * 10  # 70 waits: blocks made on both sides
+    for i, writer in enumerate(turns):
+        answer(machine, f"r{i}")
+        claimed = writer.checkpoint(record.run_id, record.version, status="running")
+        record = writer.checkpoint(record.run_id, claimed.version, status="waiting", saved=dump_run(handoff, machine))
+    machine.release()
+    for reader in (store, other):
+        assert [e.k for e in reader.history(record.run_id)] == list(range(len(turns) + 1))
+    for k in (0, 33, 64, len(turns)):
+        _, forked = load_run(other.saved_at(record.run_id, k)[1])
+        assert finish(forked, [f"s{i}" for i in range(k, 140)])["replies"][:k] == [f"r{i}" for i in range(k)]
+    other.close()
+
+
 def test_a_checkpoint_writes_what_it_added_not_the_conversation_again(store, chat):
     """The history of a long conversation grows by the turns each wait added: its heads stay about as large
     as the last unfinished block of messages, and each full block is kept once."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 from .base import RunMeta, RunRecord, StoreDataError
 from .keys import KeyRing, SealError
 
-__all__ = ["Checkpoint", "HistoryEntry", "Segmented", "appends", "join_saved", "parts_of", "retention"]
+__all__ = ["Appended", "Checkpoint", "HistoryEntry", "Segmented", "appends", "join_saved", "parts_of", "retention"]
 
 INFO_LABEL = b"branchc history info\x00"
 HEAD_LABEL = b"branchc history head\x00"
@@ -224,6 +225,49 @@ def open_segment(keys: KeyRing, run_id: str, ref: str, key: str, sealed: bytes) 
     if text is None or hashlib.blake2b(text, digest_size=16).hexdigest() != ref:
         raise StoreDataError.bad_field(run_id, f"segments[{ref}]", "does not match its seal or its name")
     return text
+
+
+@dataclass(frozen=True)
+class _Known:
+    head: bytes
+    k: int
+    refs: frozenset[str]
+
+
+class Appended:
+    """What a store knows of the histories it appended to: per run, the last K and the segments the run
+    holds, as of the record's sealed head it wrote with them (a record head is unique: a nonce). A write
+    made on that very head (Heads: the store wrote the record last, and the write is conditional on the
+    head) need not read them again; any other write goes by what the backend holds."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._runs: dict[str, _Known] = {}
+        self._lock = threading.Lock()
+
+    def on(self, run_id: str, head: bytes | None) -> tuple[int, frozenset[str]] | None:
+        """(last K, segments) of the run when a write is made on `head` and it is the head they go with."""
+        known = self._runs.get(run_id)
+        return (known.k, known.refs) if known is not None and head is not None and known.head == head else None
+
+    def wrote(self, run_id: str, head: bytes, k: int | None = None, refs: frozenset[str] = frozenset()) -> None:
+        """A write of the run with the sealed `head`: appending entry `k` (the run then holds `refs`), or else
+        carried over from the head it was made on when that one was known (`carry`), else forgotten."""
+        with self._lock:
+            self._runs.pop(run_id, None)
+            if k is not None:
+                self._runs[run_id] = _Known(head, k, refs)
+                if len(self._runs) > self.size:
+                    del self._runs[next(iter(self._runs))]
+
+    def carry(self, run_id: str, on: bytes | None, head: bytes) -> None:
+        """A write that appended nothing, made on `on`: what was known of `on` goes with `head`."""
+        known = self.on(run_id, on)
+        self.wrote(run_id, head, *(known or (None, frozenset())))
+
+    def drop(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
 
 
 def reseal_segment(keys: KeyRing, run_id: str, ref: str, key: str, sealed: bytes) -> tuple[str, bytes]:

@@ -45,6 +45,7 @@ from .base import (
     owner_tag,
 )
 from .history import (
+    Appended,
     Checkpoint,
     HistoryEntry,
     appends,
@@ -292,6 +293,7 @@ class RedisStore:
     ) -> None:
         self.keys = store_keys(keys, f"the Redis store {url}")
         self.history_kept = retention(history)
+        self._appended = Appended()
         self._heads = Heads()
         self.url = url
         self.prefix = prefix
@@ -374,8 +376,10 @@ class RedisStore:
         pairs = self._pairs(sealed)
         args = [record.run_id, repr(now), self.prefix, record.status, sealed.size, repr(sealed.expires)]
         args += [self._pexpire(record.status, record.expires), repr(sealed.updated), len(pairs), *pairs]
+        appended: tuple[int, frozenset[str]] | None = None
         if record.status == "waiting" and self.history_kept != 0:
-            args += self._history_args(record, {"forked_from": forked_from}, now, fresh=True)
+            history, *appended = self._history_args(record, {"forked_from": forked_from}, now, None, fresh=True)
+            args += history
         else:
             args.append("")
         created = self._call(
@@ -384,6 +388,7 @@ class RedisStore:
         if not created:
             raise RunExistsError(f"the store already holds a run {record.run_id!r}")
         self._heads.put(made)
+        self._appended.wrote(record.run_id, sealed.head, *(appended or (None, frozenset())))
         return record
 
     def load(self, run_id: str, *, min_version: int | None = None, expired: bool = False) -> RunRecord | None:
@@ -423,36 +428,57 @@ class RedisStore:
             args = [run_id, repr(now), int(expected_version), sealed.status, sealed.size, repr(sealed.expires)]
             args += [self._pexpire(sealed.status, sealed.expires), repr(sealed.updated), kept or "", on or ""]
             args += [len(pairs), *pairs]
-            args += self._history_args(record, changes, now) if appending else [""]
-            return bool(self._call(doing, script, keys=self._run_keys(run_id), args=args))
+            appended: list[Any] = []
+            if appending:
+                history, *appended = self._history_args(record, changes, now, on)
+                args += history
+            else:
+                args.append("")
+            done = bool(self._call(doing, script, keys=self._run_keys(run_id), args=args))
+            if done and appended:
+                self._appended.wrote(run_id, sealed.head, *appended)
+            elif done:
+                self._appended.carry(run_id, on, sealed.head)
+            return done
 
         return checkpoint_sealed(self.keys, run_id, expected_version, changes, read, write, self._heads)
 
     # history (history.py)
 
-    def _history_args(self, record: RunRecord, notes: dict[str, Any], now: float, *, fresh: bool = False) -> list:
+    def _history_args(
+        self, record: RunRecord, notes: dict[str, Any], now: float, on: bytes | None, *, fresh: bool = False
+    ) -> tuple[list[Any], int, frozenset[str]]:
         """A script's history part: K, the entry K follows, its time, key, info and head, the last K to drop, then
-        ref, key id + newline + sealed text for each segment the run does not hold yet."""
+        ref, key id + newline + sealed text for each segment the run does not hold yet; and K and the segments
+        the run then holds. What this store appended last is not read again for a write made on the head it
+        wrote then (history.Appended)."""
         hist, seg = self._run_keys(record.run_id)[-2:]
         doing = f"appending to the history of run {record.run_id!r}"
-        last = None if fresh else self._call(doing, self.client.hget, hist, "last")
-        known = [] if fresh else self._call(doing, self.client.hkeys, seg)
-        k = 0 if last is None else int(last) + 1
+        known = None if fresh else self._appended.on(record.run_id, on)
+        if fresh:
+            last, refs = None, frozenset()
+        elif known is not None:
+            last, refs = known
+        else:
+            found = self._call(doing, self.client.hget, hist, "last")
+            last = None if found is None else int(found)
+            refs = frozenset(ref.decode() for ref in self._call(doing, self.client.hkeys, seg))
+        k = 0 if last is None else last + 1
         entry = HistoryEntry.seal(self.keys, record.run_id, checkpoint_of(record, k, now, notes), record.saved)
         drop = -1 if self.history_kept is None else k - self.history_kept
-        args: list[Any] = [k, -1 if last is None else int(last), repr(now), entry.key, entry.info, entry.head, drop]
-        known = [ref.decode() for ref in known]
+        args: list[Any] = [k, -1 if last is None else last, repr(now), entry.key, entry.info, entry.head, drop]
         forked = notes.get("forked_from")
         if forked is not None:  # the parent's segments as they are sealed (a segment's seal names no run)
-            refs = list(dict.fromkeys(parts_of(record.saved)[1]))
-            values = self._call(doing, self.client.hmget, self._run_keys(forked[0])[-1], refs) if refs else []
-            for ref, value in zip(refs, values, strict=True):
-                if value is not None:
-                    args += [ref, value]
-                    known.append(ref)
-        for ref, key, sealed in new_segments(record.saved, known, self.keys):
+            wanted = list(dict.fromkeys(parts_of(record.saved)[1]))
+            values = self._call(doing, self.client.hmget, self._run_keys(forked[0])[-1], wanted) if wanted else []
+            copied = {ref: value for ref, value in zip(wanted, values, strict=True) if value is not None}
+            for ref, value in copied.items():
+                args += [ref, value]
+            refs = refs | copied.keys()
+        made = new_segments(record.saved, refs, self.keys)
+        for ref, key, sealed in made:
             args += [ref, key.encode() + b"\n" + sealed]
-        return args
+        return args, k, refs | {ref for ref, _, _ in made}
 
     def _entries(self, run_id: str, k: int | None = None) -> list[HistoryEntry]:
         hist = self._run_keys(run_id)[-2]
@@ -506,6 +532,7 @@ class RedisStore:
 
     def delete(self, run_id: str, expected_version: int | None = None) -> bool:
         self._heads.drop(run_id)
+        self._appended.drop(run_id)
         expected = "" if expected_version is None else int(expected_version)
         answer = self._call(
             f"deleting run {run_id!r}",

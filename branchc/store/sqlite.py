@@ -36,6 +36,7 @@ from .base import (
     _Anyone,
 )
 from .history import (
+    Appended,
     Checkpoint,
     HistoryEntry,
     appends,
@@ -132,6 +133,7 @@ class SQLiteStore:
     ) -> None:
         self.keys = store_keys(keys, f"the SQLite store {path}")
         self.history_kept = retention(history)
+        self._appended = Appended()
         self._heads = Heads()
         if synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous is one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
@@ -332,8 +334,9 @@ class SQLiteStore:
                 if gone.rowcount:
                     self._forget(conn, record.run_id)
                 conn.execute(f"INSERT INTO runs ({COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
+                appended = None
                 if record.status == "waiting" and self.history_kept != 0:
-                    self._append(conn, record, {"forked_from": forked_from}, now)
+                    appended = self._append(conn, record, {"forked_from": forked_from}, now, None)
                 conn.execute("COMMIT")
             except BaseException as error:
                 if conn.in_transaction:
@@ -342,6 +345,7 @@ class SQLiteStore:
                     raise RunExistsError(f"the store already holds a run {record.run_id!r}") from None
                 raise
         self._heads.put(made)
+        self._appended.wrote(record.run_id, made.sealed.head, *(appended or (None, frozenset())))
         return record
 
     def load(self, run_id: str, *, min_version: int | None = None, expired: bool = False) -> RunRecord | None:
@@ -374,11 +378,15 @@ class SQLiteStore:
                 sets = ", ".join(f"{name} = ?" for name in columns)
                 update = f"UPDATE runs SET {sets} WHERE {where}"
                 if not appending:
-                    return conn.execute(update, [*columns.values(), *values]).rowcount == 1
-                with self._transaction(conn):  # the record and its history entry, or neither
                     done = conn.execute(update, [*columns.values(), *values]).rowcount == 1
                     if done:
-                        self._append(conn, record, changes, now)
+                        self._appended.carry(run_id, on, sealed.head)
+                    return done
+                with self._transaction(conn):  # the record and its history entry, or neither
+                    done = conn.execute(update, [*columns.values(), *values]).rowcount == 1
+                    appended = self._append(conn, record, changes, now, on) if done else None
+                if appended is not None:
+                    self._appended.wrote(run_id, sealed.head, *appended)
                 return done
 
             return checkpoint_sealed(self.keys, run_id, expected_version, changes, read, write, self._heads)
@@ -397,29 +405,38 @@ class SQLiteStore:
 
     # history (history.py)
 
-    def _append(self, conn: sqlite3.Connection, record: RunRecord, notes: dict[str, Any], now: float) -> None:
-        """Entry K of the run's history, with the segments it adds; then only the last `history_kept` kept."""
+    def _append(
+        self, conn: sqlite3.Connection, record: RunRecord, notes: dict[str, Any], now: float, on: bytes | None
+    ) -> tuple[int, frozenset[str]]:
+        """Entry K of the run's history, with the segments it adds; then only the last `history_kept` kept.
+        What this store appended last need not be read again when the write is made on the head it wrote
+        then (Appended). The new K and the segments the run holds."""
         run_id = record.run_id
-        (last,) = conn.execute("SELECT MAX(k) FROM history WHERE run_id = ?", (run_id,)).fetchone()
+        known = self._appended.on(run_id, on)
+        if known is not None:
+            last, refs = known
+        else:
+            (last,) = conn.execute("SELECT MAX(k) FROM history WHERE run_id = ?", (run_id,)).fetchone()
+            refs = frozenset(ref for (ref,) in conn.execute("SELECT ref FROM segments WHERE run_id = ?", (run_id,)))
         k = 0 if last is None else last + 1
         entry = HistoryEntry.seal(self.keys, run_id, checkpoint_of(record, k, now, notes), record.saved)
         forked = notes.get("forked_from")
+        wanted = parts_of(record.saved)[1]
         if forked is not None:  # the parent's segments as they are sealed (a segment's seal names no run)
-            conn.execute(
+            copied = conn.execute(
                 "INSERT OR IGNORE INTO segments SELECT ?, ref, key, sealed FROM segments WHERE run_id = ? AND ref IN "
-                "(SELECT value FROM json_each(?))",
-                (run_id, forked[0], json.dumps(parts_of(record.saved)[1])),
+                "(SELECT value FROM json_each(?)) RETURNING ref",
+                (run_id, forked[0], json.dumps(wanted)),
             )
-        known = [ref for (ref,) in conn.execute("SELECT ref FROM segments WHERE run_id = ?", (run_id,))]
-        conn.executemany(
-            "INSERT OR IGNORE INTO segments VALUES (?, ?, ?, ?)",
-            [(run_id, *made) for made in new_segments(record.saved, known, self.keys)],
-        )
+            refs = refs | {ref for (ref,) in copied}
+        made = new_segments(record.saved, refs, self.keys)
+        conn.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?, ?, ?)", [(run_id, *m) for m in made])
         conn.execute(
             "INSERT INTO history VALUES (?, ?, ?, ?, ?, ?)", (run_id, k, now, entry.key, entry.info, entry.head)
         )
         if self.history_kept is not None:
             conn.execute("DELETE FROM history WHERE run_id = ? AND k <= ?", (run_id, k - self.history_kept))
+        return k, refs | {ref for ref, _, _ in made}
 
     @staticmethod
     def _forget(conn: sqlite3.Connection, run_id: str) -> None:
@@ -492,6 +509,7 @@ class SQLiteStore:
 
     def delete(self, run_id: str, expected_version: int | None = None) -> bool:
         self._heads.drop(run_id)
+        self._appended.drop(run_id)
         with self._use(f"deleting run {run_id!r}") as conn:
             with self._transaction(conn):
                 if expected_version is None:
