@@ -275,13 +275,51 @@ def test_history_is_sealed_an_edited_moved_or_swapped_part_is_refused(tmp_path, 
     edit("UPDATE history SET head = ? WHERE run_id = ? AND k = 3", head, run_id)
     swap = "UPDATE segments SET sealed = (SELECT sealed FROM segments WHERE run_id = ? AND ref != ? LIMIT 1)"
     edit(swap + " WHERE run_id = ? AND ref = ?", run_id, ref, run_id, ref)
-    with pytest.raises(StoreDataError, match=rf"'segments\[{ref}\]' does not match its seal or its name"):
+    with pytest.raises(StoreDataError, match=r"'segments\[[0-9a-f]{32}\]' does not match its seal or its name"):
         store.saved_at(run_id, 39)
     edit("DELETE FROM segments WHERE run_id = ? AND ref = ?", run_id, ref)
     with pytest.raises(StoreDataError, match="names segments the store does not hold"):
         store.saved_at(run_id, 39)
     edit("INSERT INTO segments VALUES (?, ?, ?, ?)", run_id, ref, KEYS.sealing_id, sealed)
     assert load_run(store.saved_at(run_id, 39)[1])  # put back: whole again
+
+
+def test_a_reader_of_the_store_without_the_key_learns_nothing_of_a_segment_from_its_name(store, chat):
+    """Segments are stored under names keyed by the store's key and the run: not the digest of their text (which
+    would let a reader confirm a guess of it), and not the same in two runs holding the same conversation."""
+    names, digests = [], set()
+    for _ in range(2):
+        run_id, machine, handoff = saved_rounds(store, chat, 80, 40)
+        digests |= set(dump_run(handoff, machine).refs)
+        machine.release()
+        if isinstance(store, SQLiteStore):
+            with sqlite3.connect(store.path) as conn:
+                names.append({n for (n,) in conn.execute("SELECT ref FROM segments WHERE run_id = ?", (run_id,))})
+        else:
+            names.append({n.decode() for n in store.client.hkeys(f"{store.prefix}seg:{run_id}")})
+    assert len(digests) == 2 and all(len(found) == 2 for found in names)  # two blocks of 32 in each run
+    assert not (names[0] & names[1]) and not (digests & (names[0] | names[1]))
+
+
+def reopened(store: Any, keys: KeyRing, history: int | None = None) -> Any:
+    """The same backend (file, or database and prefix) opened with another ring."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path, keys=keys, history=history)
+    return RedisStore(store.url, keys=keys, prefix=store.prefix, history=history)
+
+
+def test_rekey_seals_and_names_the_history_anew(store, chat):
+    kept = reopened(store, KEYS, history=3)
+    run_id, machine, _ = saved_rounds(kept, chat, 80, 70)
+    machine.release()
+    new = KeyRing(["n" * 64, *KEYS.secrets])
+    assert reopened(store, new).rekey().refused == ()
+    only_new = reopened(store, KeyRing(["n" * 64]))
+    assert [e.k for e in only_new.history(run_id)] == [68, 69, 70]
+    _, text = only_new.saved_at(run_id, 68)
+    assert finish(load_run(text)[1], [f"s{i}" for i in range(68, 80)])["replies"][:68] == [f"r{i}" for i in range(68)]
+    with pytest.raises(StoreDataError, match=r"does not match its seal"):
+        reopened(store, KEYS).history(run_id)  # the old key alone opens none of it now
 
 
 def test_deleting_or_collecting_a_run_takes_its_history_and_rekey_seals_it_anew(tmp_path, chat):

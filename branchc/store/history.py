@@ -270,25 +270,49 @@ class Appended:
             self._runs.pop(run_id, None)
 
 
+def segment_name(keys: KeyRing, run_id: str, ref: str, key_id: str | None = None) -> str:
+    """The name a run's segment `ref` is stored under: keyed (KeyRing.name) and of the run, so that a reader
+    of the store without the key can neither confirm a guess of a block's text nor see two runs share one."""
+    return keys.name(f"{run_id}\0{ref}".encode(), key_id)
+
+
+def segment_names(keys: KeyRing, run_id: str, refs: Iterable[str]) -> dict[str, str]:
+    """name -> ref of the run's segments `refs`, under every key of the ring (each is stored under a name of
+    the key that sealed it when it was written; rekey names them all anew)."""
+    return {segment_name(keys, run_id, ref, key_id): ref for ref in refs for key_id in keys.ids}
+
+
+def refs_of(keys: KeyRing, run_id: str, entries: Iterable[HistoryEntry]) -> set[str]:
+    """The segments the run's kept `entries` name."""
+    out: set[str] = set()
+    for entry in entries:
+        _, refs = entry.parts(keys, run_id)
+        out.update(ref for ref in refs or () if type(ref) is str)
+    return out
+
+
 def reseal_segment(keys: KeyRing, run_id: str, ref: str, key: str, sealed: bytes) -> tuple[str, bytes]:
     """A segment sealed with the ring's first key (a rekey), checked first."""
     return seal_segment(keys, ref, open_segment(keys, run_id, ref, key, sealed))
 
 
-def new_segments(saved: str, known: Iterable[str], keys: KeyRing) -> list[tuple[str, str, bytes]]:
-    """(ref, key id, sealed text) of each segment of `saved` not among the `known` refs."""
+def new_segments(saved: str, known: Iterable[str], keys: KeyRing, run_id: str) -> list[tuple[str, str, str, bytes]]:
+    """(ref, name, key id, sealed text) of each segment of `saved` not among the `known` refs."""
     _, refs = parts_of(saved)
     known = set(known)
     out = []
     for ref in dict.fromkeys(refs):
         if ref not in known:
-            out.append((ref, *seal_segment(keys, ref, saved.segment(ref))))  # type: ignore[attr-defined]
+            sealed = seal_segment(keys, ref, saved.segment(ref))  # type: ignore[attr-defined]
+            out.append((ref, segment_name(keys, run_id, ref), *sealed))
     return out
 
 
 def opened_segments(
     keys: KeyRing, run_id: str, refs: Any, fetch: Callable[[list[str]], dict[str, tuple[str, bytes]]]
 ) -> dict[str, bytes]:
-    """The texts of `refs`, `fetch(refs)` giving ref -> (key id, sealed text) for those the store holds."""
+    """The texts of `refs`, `fetch(names)` giving name -> (key id, sealed text) for the names the store holds."""
     wanted = sorted({ref for ref in refs if type(ref) is str}) if type(refs) is list else []
-    return {ref: open_segment(keys, run_id, ref, key, sealed) for ref, (key, sealed) in fetch(wanted).items()}
+    names = segment_names(keys, run_id, wanted)
+    found = fetch(sorted(names)) if names else {}
+    return {names[name]: open_segment(keys, run_id, names[name], key, sealed) for name, (key, sealed) in found.items()}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import os
 import secrets
 import stat
@@ -42,6 +43,7 @@ KEY_FILE = "state.key"
 PURPOSE = b"branchc store record"
 _KDF_INFO = PURPOSE + b"/v1/aes-256-gcm"
 _KID_INFO = PURPOSE + b"/v1/key-id:"
+_NAME_INFO = PURPOSE + b"/v1/names"
 NONCE_BYTES = 12
 TAG_BYTES = 16
 GENERATE = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
@@ -65,7 +67,7 @@ class KeyRing:
     """Secrets that seal stored records: the first seals, all open. `KeyRing.parse("NEW,OLD")` reads the
     `--state-key` form; `KeyRing.generate()` makes a ring of one fresh key."""
 
-    __slots__ = ("_aead", "ids", "secrets")
+    __slots__ = ("_aead", "_names", "ids", "secrets")
 
     def __init__(self, keys: Iterable[str | bytes]) -> None:
         if isinstance(keys, (str, bytes, bytearray)):
@@ -87,6 +89,7 @@ class KeyRing:
         if not material:
             raise StoreKeyError(f"a key ring needs at least one state key; make one with: {GENERATE}")
         aead: dict[str, AESGCM] = {}
+        names: dict[str, bytes] = {}
         ids: list[str] = []
         for index, raw in enumerate(material):
             derived = HKDF(algorithm=SHA256(), length=32, salt=None, info=_KDF_INFO).derive(raw)
@@ -94,10 +97,12 @@ class KeyRing:
             if kid in aead:
                 raise StoreKeyError(f"state key {index + 1} is given twice; list each key once")
             aead[kid] = AESGCM(derived)
+            names[kid] = HKDF(algorithm=SHA256(), length=32, salt=None, info=_NAME_INFO).derive(raw)
             ids.append(kid)
         self.secrets: tuple[bytes, ...] = tuple(material)  # as given: what request_state sealing is made from
         self.ids: tuple[str, ...] = tuple(ids)
         self._aead = aead
+        self._names = names
 
     @classmethod
     def parse(cls, text: str) -> KeyRing:
@@ -140,6 +145,12 @@ class KeyRing:
             return aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], aad)
         except InvalidTag:
             raise SealError("seal", key_id) from None
+
+    def name(self, data: bytes, key_id: str | None = None) -> str:
+        """A name for `data` that only a holder of the key `key_id` (default: the sealing one) can make or
+        check (HMAC-SHA256 under a key of its own, 128 bits as hex): what a store may show in clear in
+        place of a digest of sealed content, which would let a reader confirm a guess of it."""
+        return hmac.new(self._names[key_id or self.ids[0]], data, hashlib.sha256).hexdigest()[:32]
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -54,8 +54,11 @@ from .history import (
     new_segments,
     opened_segments,
     parts_of,
+    refs_of,
     reseal_segment,
     retention,
+    segment_name,
+    segment_names,
 )
 from .keys import KeyRing
 from .sealed import (
@@ -230,6 +233,14 @@ redis.call('HSET', KEYS[1], unpack(pairs_))
 return 1
 """
 
+# KEYS: a hash. ARGV: a field, the value it must still have, the field it moves to and its new value
+MOVE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+return 1
+"""
+
 # ARGV: id, expected|''
 DELETE = (
     PRELUDE
@@ -311,6 +322,7 @@ class RedisStore:
         self._end_expired = self.client.register_script(END_EXPIRED)
         self._reseal = self.client.register_script(RESEAL)
         self._swap = self.client.register_script(SWAP)
+        self._move = self.client.register_script(MOVE)
         self._delete = self.client.register_script(DELETE)
         self._sweep = self.client.register_script(SWEEP)
 
@@ -454,7 +466,9 @@ class RedisStore:
         wrote then (history.Appended)."""
         hist, seg = self._run_keys(record.run_id)[-2:]
         doing = f"appending to the history of run {record.run_id!r}"
-        known = None if fresh else self._appended.on(record.run_id, on)
+        run_id = record.run_id
+        wanted = list(dict.fromkeys(parts_of(record.saved)[1]))
+        known = None if fresh else self._appended.on(run_id, on)
         if fresh:
             last, refs = None, frozenset()
         elif known is not None:
@@ -462,23 +476,26 @@ class RedisStore:
         else:
             found = self._call(doing, self.client.hget, hist, "last")
             last = None if found is None else int(found)
-            refs = frozenset(ref.decode() for ref in self._call(doing, self.client.hkeys, seg))
+            names = [segment_name(self.keys, run_id, ref) for ref in wanted]
+            held = self._call(doing, self.client.hmget, seg, names) if names else []
+            refs = frozenset(ref for ref, value in zip(wanted, held, strict=True) if value is not None)
         k = 0 if last is None else last + 1
-        entry = HistoryEntry.seal(self.keys, record.run_id, checkpoint_of(record, k, now, notes), record.saved)
+        entry = HistoryEntry.seal(self.keys, run_id, checkpoint_of(record, k, now, notes), record.saved)
         drop = -1 if self.history_kept is None else k - self.history_kept
         args: list[Any] = [k, -1 if last is None else last, repr(now), entry.key, entry.info, entry.head, drop]
         forked = notes.get("forked_from")
-        if forked is not None:  # the parent's segments as they are sealed (a segment's seal names no run)
-            wanted = list(dict.fromkeys(parts_of(record.saved)[1]))
-            values = self._call(doing, self.client.hmget, self._run_keys(forked[0])[-1], wanted) if wanted else []
-            copied = {ref: value for ref, value in zip(wanted, values, strict=True) if value is not None}
+        if forked is not None:  # the parent's segments as they are sealed (a seal names no run), named anew
+            theirs = segment_names(self.keys, forked[0], [ref for ref in wanted if ref not in refs])
+            ordered = sorted(theirs)
+            values = self._call(doing, self.client.hmget, self._run_keys(forked[0])[-1], ordered) if ordered else []
+            copied = {theirs[name]: value for name, value in zip(ordered, values, strict=True) if value is not None}
             for ref, value in copied.items():
-                args += [ref, value]
+                args += [segment_name(self.keys, run_id, ref), value]
             refs = refs | copied.keys()
-        made = new_segments(record.saved, refs, self.keys)
-        for ref, key, sealed in made:
-            args += [ref, key.encode() + b"\n" + sealed]
-        return args, k, refs | {ref for ref, _, _ in made}
+        made = new_segments(record.saved, refs, self.keys, run_id)
+        for _, name, key, sealed in made:
+            args += [name, key.encode() + b"\n" + sealed]
+        return args, k, refs | {m[0] for m in made}
 
     def _entries(self, run_id: str, k: int | None = None) -> list[HistoryEntry]:
         hist = self._run_keys(run_id)[-2]
@@ -510,14 +527,13 @@ class RedisStore:
         pieces, refs = entry.parts(self.keys, run_id)
         seg = self._run_keys(run_id)[-1]
 
-        def fetch(wanted: list[str]) -> dict[str, tuple[str, bytes]]:
-            doing = f"reading the history of run {run_id!r}"
-            values = self._call(doing, self.client.hmget, seg, wanted) if wanted else []
+        def fetch(names: list[str]) -> dict[str, tuple[str, bytes]]:
+            values = self._call(f"reading the history of run {run_id!r}", self.client.hmget, seg, names)
             out = {}
-            for ref, value in zip(wanted, values, strict=True):
+            for name, value in zip(names, values, strict=True):
                 if value is not None:
                     key, _, sealed = value.partition(b"\n")
-                    out[ref] = (key.decode(errors="replace"), sealed)
+                    out[name] = (key.decode(errors="replace"), sealed)
             return out
 
         texts = opened_segments(self.keys, run_id, refs, fetch)
@@ -633,15 +649,24 @@ class RedisStore:
                             new.head,
                         ]
                         self._call(doing, self._swap, keys=[hist], args=args)
-                for ref, value in self._fields(self._call(doing, self.client.hgetall, seg)).items():
+                entries = self._entries(run_id)
+                names = segment_names(self.keys, run_id, refs_of(self.keys, run_id, entries))
+                for name, value in self._fields(self._call(doing, self.client.hgetall, seg)).items():
+                    ref = names.get(name)
+                    if ref is None:  # of entries dropped (history=N): nothing reads it
+                        self._call(doing, self.client.hdel, seg, name)
+                        continue
                     key, _, sealed = value.partition(b"\n")
-                    if key.decode(errors="replace") != sealing:
-                        new_key, new_sealed = reseal_segment(
-                            self.keys, run_id, ref, key.decode(errors="replace"), sealed
-                        )
-                        self._call(
-                            doing, self._swap, keys=[seg], args=[ref, value, ref, new_key.encode() + b"\n" + new_sealed]
-                        )
+                    new_name = segment_name(self.keys, run_id, ref)
+                    if key.decode(errors="replace") == sealing and name == new_name:
+                        continue
+                    new_key, new_sealed = reseal_segment(self.keys, run_id, ref, key.decode(errors="replace"), sealed)
+                    self._call(
+                        doing,
+                        self._move,
+                        keys=[seg],
+                        args=[name, value, new_name, new_key.encode() + b"\n" + new_sealed],
+                    )
             except StoreDataError as error:
                 refused.append(error)
         return tuple(refused)

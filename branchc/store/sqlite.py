@@ -45,8 +45,11 @@ from .history import (
     new_segments,
     opened_segments,
     parts_of,
+    refs_of,
     reseal_segment,
     retention,
+    segment_name,
+    segment_names,
 )
 from .keys import KeyRing
 from .sealed import (
@@ -412,31 +415,42 @@ class SQLiteStore:
         What this store appended last need not be read again when the write is made on the head it wrote
         then (Appended). The new K and the segments the run holds."""
         run_id = record.run_id
+        wanted = list(dict.fromkeys(parts_of(record.saved)[1]))
         known = self._appended.on(run_id, on)
         if known is not None:
             last, refs = known
         else:
             (last,) = conn.execute("SELECT MAX(k) FROM history WHERE run_id = ?", (run_id,)).fetchone()
-            refs = frozenset(ref for (ref,) in conn.execute("SELECT ref FROM segments WHERE run_id = ?", (run_id,)))
+            names = {segment_name(self.keys, run_id, ref): ref for ref in wanted}
+            refs = frozenset(names[name] for (name,) in self._segment_rows(conn, "ref", run_id, names))
         k = 0 if last is None else last + 1
         entry = HistoryEntry.seal(self.keys, run_id, checkpoint_of(record, k, now, notes), record.saved)
         forked = notes.get("forked_from")
-        wanted = parts_of(record.saved)[1]
-        if forked is not None:  # the parent's segments as they are sealed (a segment's seal names no run)
-            copied = conn.execute(
-                "INSERT OR IGNORE INTO segments SELECT ?, ref, key, sealed FROM segments WHERE run_id = ? AND ref IN "
-                "(SELECT value FROM json_each(?)) RETURNING ref",
-                (run_id, forked[0], json.dumps(wanted)),
+        if forked is not None:  # the parent's segments as they are sealed (a seal names no run), named anew
+            theirs = segment_names(self.keys, forked[0], [ref for ref in wanted if ref not in refs])
+            rows = self._segment_rows(conn, "ref, CAST(key AS BLOB), sealed", forked[0], theirs)
+            copied = {theirs[name]: (key.decode(), sealed) for name, key, sealed in rows}
+            conn.executemany(
+                "INSERT OR IGNORE INTO segments VALUES (?, ?, ?, ?)",
+                [(run_id, segment_name(self.keys, run_id, ref), *kept) for ref, kept in copied.items()],
             )
-            refs = refs | {ref for (ref,) in copied}
-        made = new_segments(record.saved, refs, self.keys)
-        conn.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?, ?, ?)", [(run_id, *m) for m in made])
+            refs = refs | copied.keys()
+        made = new_segments(record.saved, refs, self.keys, run_id)
+        conn.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?, ?, ?)", [(run_id, *m[1:]) for m in made])
         conn.execute(
             "INSERT INTO history VALUES (?, ?, ?, ?, ?, ?)", (run_id, k, now, entry.key, entry.info, entry.head)
         )
         if self.history_kept is not None:
             conn.execute("DELETE FROM history WHERE run_id = ? AND k <= ?", (run_id, k - self.history_kept))
-        return k, refs | {ref for ref, _, _ in made}
+        return k, refs | {m[0] for m in made}
+
+    @staticmethod
+    def _segment_rows(conn: sqlite3.Connection, columns: str, run_id: str, names: Any) -> list[tuple]:
+        """`columns` of the run's segments stored under `names`."""
+        return conn.execute(
+            f"SELECT {columns} FROM segments WHERE run_id = ? AND ref IN (SELECT value FROM json_each(?))",
+            (run_id, json.dumps(list(names))),
+        ).fetchall()
 
     @staticmethod
     def _forget(conn: sqlite3.Connection, run_id: str) -> None:
@@ -461,14 +475,10 @@ class SQLiteStore:
         entry = found[0]
         pieces, refs = entry.parts(self.keys, run_id)
 
-        def fetch(wanted: list[str]) -> dict[str, tuple[str, bytes]]:
+        def fetch(names: list[str]) -> dict[str, tuple[str, bytes]]:
             with self._use(f"reading the history of run {run_id!r}") as conn:
-                rows = conn.execute(
-                    f"SELECT ref, CAST(key AS BLOB), sealed FROM segments WHERE run_id = ? AND ref IN "
-                    f"({', '.join('?' * len(wanted))})",
-                    (run_id, *wanted),
-                ).fetchall()
-            return {ref: (key.decode(), sealed) for ref, key, sealed in rows}
+                rows = self._segment_rows(conn, "ref, CAST(key AS BLOB), sealed", run_id, names)
+            return {name: (key.decode(), sealed) for name, key, sealed in rows}
 
         texts = opened_segments(self.keys, run_id, refs, fetch)
         return entry.checkpoint(self.keys, run_id), join_saved(run_id, pieces, refs, texts)
@@ -575,6 +585,37 @@ class SQLiteStore:
         done = rekey_sealed(self.keys, ids, read, write, current)
         return done._replace(refused=done.refused + self._rekey_history())
 
+    def _rekey_segments(self, conn: sqlite3.Connection, run_id: str) -> list[StoreDataError]:
+        """The run's segments sealed and named anew with the first key; those no kept entry names, dropped."""
+        try:
+            names = segment_names(self.keys, run_id, refs_of(self.keys, run_id, self._entries(run_id)))
+        except StoreDataError as error:
+            return [error]
+        sealing, refused = self.keys.sealing_id, []
+        rows = conn.execute(
+            "SELECT ref, CAST(key AS BLOB), sealed FROM segments WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        for name, key, sealed in rows:
+            ref, key = names.get(name), key.decode()
+            if ref is None:  # of entries dropped (history=N): nothing reads it
+                conn.execute("DELETE FROM segments WHERE run_id = ? AND ref = ?", (run_id, name))
+                continue
+            new_name = segment_name(self.keys, run_id, ref)
+            if key == sealing and name == new_name:
+                continue
+            try:
+                new_key, new_sealed = reseal_segment(self.keys, run_id, ref, key, sealed)
+            except StoreDataError as error:
+                refused.append(error)
+                continue
+            with self._transaction(conn):
+                conn.execute(
+                    "INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?)", (run_id, new_name, new_key, new_sealed)
+                )
+                if name != new_name:
+                    conn.execute("DELETE FROM segments WHERE run_id = ? AND ref = ?", (run_id, name))
+        return refused
+
     def _rekey_history(self) -> tuple[StoreDataError, ...]:
         """History entries and segments sealed anew with the first key, each by a compare-and-swap on its key."""
         refused: list[StoreDataError] = []
@@ -593,19 +634,9 @@ class SQLiteStore:
                     "UPDATE history SET key = ?, info = ?, head = ? WHERE run_id = ? AND k = ? AND key = ?",
                     (new.key, new.info, new.head, run_id, k, key.decode()),
                 )
-            rows = conn.execute(
-                "SELECT run_id, ref, CAST(key AS BLOB), sealed FROM segments WHERE key IS NOT ?", (sealing,)
-            ).fetchall()
-            for run_id, ref, key, sealed in rows:
-                try:
-                    new_key, new_sealed = reseal_segment(self.keys, run_id, ref, key.decode(), sealed)
-                except StoreDataError as error:
-                    refused.append(error)
-                    continue
-                conn.execute(
-                    "UPDATE segments SET key = ?, sealed = ? WHERE run_id = ? AND ref = ? AND key = ?",
-                    (new_key, new_sealed, run_id, ref, key.decode()),
-                )
+            runs = [run for (run,) in conn.execute("SELECT DISTINCT run_id FROM segments ORDER BY run_id")]
+            for run_id in runs:
+                refused += self._rekey_segments(conn, run_id)
         return tuple(refused)
 
     def gc(self, now: float | None = None) -> int:
