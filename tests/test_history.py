@@ -206,7 +206,7 @@ def test_retention_keeps_the_last_n_and_zero_keeps_none(tmp_path, chat):
     run_id, machine, _ = saved_rounds(none, chat, 6, 2)
     machine.release()
     assert none.history(run_id) == []
-    with pytest.raises(RunsError, match=r"keeps none \(the store was told history=0\)"):
+    with pytest.raises(RunsError, match=r"keeps none \(its store keeps no history, history=0"):
         fork_run(none, run_id, 0)
     assert open_store(f"sqlite:///{tmp_path / 'u.db'}?history=5", KEYS).history_kept == 5
     assert open_store(f"sqlite:///{tmp_path / 'u.db'}", KEYS, history="all").history_kept is None
@@ -282,6 +282,36 @@ def test_history_is_sealed_an_edited_moved_or_swapped_part_is_refused(tmp_path, 
         store.saved_at(run_id, 39)
     edit("INSERT INTO segments VALUES (?, ?, ?, ?)", run_id, ref, KEYS.sealing_id, sealed)
     assert load_run(store.saved_at(run_id, 39)[1])  # put back: whole again
+
+
+def history_bytes(store: Any, run_id: str) -> int:
+    """What the backend holds of the run's history: its entries' sealed info and heads, and its segments."""
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            entries = "SELECT COALESCE(SUM(length(info) + length(head)), 0) FROM history WHERE run_id = ?"
+            (held,) = conn.execute(entries, (run_id,)).fetchone()
+            segments = "SELECT COALESCE(SUM(length(sealed)), 0) FROM segments WHERE run_id = ?"
+            return held + conn.execute(segments, (run_id,)).fetchone()[0]
+    hist = store.client.hgetall(f"{store.prefix}hist:{run_id}")
+    held = sum(len(v) for name, v in hist.items() if name.startswith((b"info:", b"head:")))
+    return held + sum(len(v) for v in store.client.hvals(f"{store.prefix}seg:{run_id}"))  # key id and sealed
+
+
+@pytest.mark.parametrize("kept", [None, 3])
+def test_the_caps_count_what_a_runs_history_holds(store, chat, kept):
+    """A run's history is stored for it: usage (what the caps read) counts it with the saved run, so a client
+    answering round after round cannot grow the store past the caps by its history; retention frees it."""
+    store = reopened(store, KEYS, history=kept)
+    run_id, machine, _ = saved_rounds(store, chat, 80, 40)
+    machine.release()
+    record = store.load(run_id)
+    held = history_bytes(store, run_id)
+    # 41 waits of a growing chat, or the last 3 of them
+    assert held > 10 * record.size if kept is None else held < 3 * record.size
+    assert store.usage("waiting") == (1, record.size + held)
+    assert store.usage("waiting", owner="ana").bytes == record.size + held
+    store.delete(run_id)
+    assert store.usage("waiting") == (0, 0)
 
 
 def test_a_reader_of_the_store_without_the_key_learns_nothing_of_a_segment_from_its_name(store, chat):

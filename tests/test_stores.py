@@ -178,6 +178,7 @@ def test_an_expired_waiting_run_is_kept_to_be_ended_and_gc_removes_it_only_after
 
 
 def test_usage_counts_runs_and_saved_bytes_by_status(store):
+    store.history_kept = 0  # the saved runs alone (what a history adds: tests/test_history.py)
     a = store.create(RunRecord.new("t", "ééé", ttl=60))  # 6 bytes
     b = store.create(RunRecord.new("t", "1234", ttl=60))
     assert store.usage("waiting") == Usage(2, 10) and store.usage("running") == Usage(0, 0)
@@ -474,7 +475,7 @@ def test_redis_expires_keys_itself_and_prefixes_keep_stores_apart(redis_server):
 def test_redis_stopped_mid_use_is_a_clear_error_and_works_again_after_a_restart(tmp_path):
     server = RedisServer(tmp_path / "redis", durable=True).start()
     try:
-        store = open_store(f"{server.url}?prefix=r:&timeout=2", KEYS)
+        store = open_store(f"{server.url}?prefix=r:&timeout=2&history=0", KEYS)  # the saved run alone in usage
         record = store.create(RunRecord.new("t", saved_text(5000), ttl=60, meta=META))
         moved = store.checkpoint(record.run_id, 1, status="running")
         server.stop()

@@ -690,21 +690,16 @@ class DurableRounds:
             text = dump_run(handoff, machine)
             expires = time.time() + self.ttl
 
+            # what the write changes, and what it tells the run's history: the answers, and who gave them
+            changes = {"status": "waiting", "saved": text, "meta": meta, "expires": expires}
+            changes |= {"answers": {key: json_data(value) for key, value in responses.items()}, "by": record.owner}
+
             def write() -> RunRecord:
                 # grown past a cap: the round is refused, and the run waits on as it was (the finally below)
                 if self.caps is not None:
                     with contextlib.suppress(StoreUnavailableError):  # the write meets the outage, keeps the outcome
                         self.caps.admit(record.owner, len(text.encode()), grows_from=record.size)
-                return self.store.checkpoint(
-                    record.run_id,
-                    claimed.version,
-                    status="waiting",
-                    saved=text,
-                    meta=meta,
-                    expires=expires,
-                    answers={key: json_data(value) for key, value in responses.items()},
-                    by=record.owner,
-                )
+                return self.store.checkpoint(record.run_id, claimed.version, **changes)
 
             try:
                 written = await self._io(write)
@@ -714,7 +709,6 @@ class DurableRounds:
                     f"(its claim outlived {self.lease:.0f} s); send the same round again for that server's result"
                 ) from None
             except StoreUnavailableError as error:
-                changes = {"status": "waiting", "saved": text, "meta": meta, "expires": expires}
                 self._write_later(record.run_id, claimed.version, changes)
                 deferred = True
                 raise AnswerError(

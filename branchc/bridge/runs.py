@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import linecache
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -80,8 +81,10 @@ class MovedOnError(RunsError):
 
 def open_runs_store(url: str | None, keys: KeyRing | None = None) -> RunStore:
     """The store `url` names; without one, the store `branchc serve --http` uses by default. `keys`: the ring
-    its records are sealed with (default: `$BRANCHC_STATE_KEY`, else the key kept in the state folder)."""
-    store = serving_store(url, http=True, keys=keys)
+    its records are sealed with (default: `$BRANCHC_STATE_KEY`, else the key kept in the state folder). It
+    keeps the history `$BRANCHC_HISTORY` says, as `branchc serve` does (or the URL's `?history=`)."""
+    history = os.environ.get("BRANCHC_HISTORY", "").strip().lower() or "all"
+    store = serving_store(url, http=True, keys=keys, history=None if history == "all" else history)
     if store is None:
         raise RunsError("--store none names no store: there are no runs to look at; give a store URL")
     return store
@@ -354,7 +357,11 @@ def fork_run(store: RunStore, ident: str, at: int, *, ttl: float | None = None) 
         entry, saved = store.saved_at(run, at)
     except KeyError:
         kept = [entry.k for entry in store.history(run)]
-        have = f"it keeps checkpoints {_ranges(kept)}" if kept else "it keeps none (the store was told history=0)"
+        have = (
+            f"it keeps checkpoints {_ranges(kept)}"
+            if kept
+            else "it keeps none (its store keeps no history, history=0, or an older branchc saved it)"
+        )
         raise RunsError(f"run {run!r} has no checkpoint {at}: {have}; see `branchc runs history {run}`") from None
     meta = _forked_meta(entry, run)
     life = ttl if ttl is not None else max(parent.expires - parent.updated, 60.0)

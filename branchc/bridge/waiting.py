@@ -92,7 +92,8 @@ class StoreWaitingRuns:
                 )
         meta = run.meta or RunMeta(era=ERA)
         record = RunRecord.new(run.tool, run.saved, ttl=0, meta=meta, owner=run.owner)
-        self.store.create(dataclasses.replace(record, expires=run.expires))
+        # no history: the run's next round is a record of its own, under a new id
+        self.store.create(dataclasses.replace(record, expires=run.expires), history=False)
         return record.run_id
 
     def take(self, ident: str, owner: str | None = None) -> WaitingRun | None:
@@ -116,7 +117,7 @@ class StoreWaitingRuns:
             if run.expires > time.time():
                 meta = run.meta or RunMeta(era=ERA)
                 made = RunRecord.new(run.tool, run.saved, ttl=0, run_id=ident, meta=meta, owner=run.owner)
-                self.store.create(dataclasses.replace(made, expires=run.expires))
+                self.store.create(dataclasses.replace(made, expires=run.expires), history=False)
             return
         meta = {"meta": run.meta} if run.meta is not None else {}  # as it was taken: unclaimed, its own expiry
         self.store.checkpoint(ident, record.version, status="waiting", saved=run.saved, expires=run.expires, **meta)

@@ -363,9 +363,12 @@ class RunStore(Protocol):
 
     url: str
 
-    def create(self, record: RunRecord, *, forked_from: tuple[str, int] | None = None) -> RunRecord:
+    def create(
+        self, record: RunRecord, *, forked_from: tuple[str, int] | None = None, history: bool = True
+    ) -> RunRecord:
         """Store a new run (its version is 1); RunExistsError when the id is taken. A run created waiting
-        starts its history (entry 0; `forked_from`: the run and K it is a fork of)."""
+        starts its history (entry 0; `forked_from`: the run and K it is a fork of), unless `history` is false
+        (a guided round: its next round is a record of its own)."""
 
     def load(self, run_id: str, *, min_version: int | None = None, expired: bool = False) -> RunRecord | None:
         """The run, checked (StoreDataError when damaged); None when unknown or expired. `min_version`: the

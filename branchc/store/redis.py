@@ -74,6 +74,8 @@ from .sealed import (
 
 __all__ = ["RedisStore"]
 
+MAX_ENTRIES = 10_000_000  # a run's history entries past which its clear first/last fields are damage
+
 FIELDS = ("fmt", "tool", "status", "owner", "version", "created", "updated", "expires", "size", "key", "head", "body")
 HEAD_FIELDS = FIELDS[:-1]
 
@@ -124,16 +126,27 @@ local function append(at, expires_ms)
   local k = ARGV[at]
   if k ~= '' then
     local h = KEYS[7]
+    local added = #ARGV[at + 4] + #ARGV[at + 5]
     redis.call('HSET', h, 'last', k, 'at:' .. k, ARGV[at + 2], 'key:' .. k, ARGV[at + 3], 'info:' .. k, ARGV[at + 4],
       'head:' .. k, ARGV[at + 5])
     local first = tonumber(redis.call('HGET', h, 'first') or k)
     local drop = tonumber(ARGV[at + 6])
-    for j = first, drop do redis.call('HDEL', h, 'at:' .. j, 'key:' .. j, 'info:' .. j, 'head:' .. j) end
+    for j = first, drop do
+      added = added - redis.call('HSTRLEN', h, 'info:' .. j) - redis.call('HSTRLEN', h, 'head:' .. j)
+      redis.call('HDEL', h, 'at:' .. j, 'key:' .. j, 'info:' .. j, 'head:' .. j)
+    end
     redis.call('HSET', h, 'first', math.max(first, drop + 1))
-    for i = at + 7, #ARGV, 2 do redis.call('HSETNX', KEYS[8], ARGV[i], ARGV[i + 1]) end
+    for i = at + 7, #ARGV, 2 do
+      if redis.call('HSETNX', KEYS[8], ARGV[i], ARGV[i + 1]) == 1 then added = added + #ARGV[i + 1] end
+    end
+    redis.call('HINCRBY', h, 'bytes', added)
   end
   redis.call('PEXPIREAT', KEYS[7], expires_ms)
   redis.call('PEXPIREAT', KEYS[8], expires_ms)
+end
+-- a run's bytes for the usage counts: its saved run (`size`) and what its history holds
+local function held(size)
+  return tonumber(size) + tonumber(redis.call('HGET', KEYS[7], 'bytes') or '0')
 end
 local function sweep(now, prefix)
   local gone = 0
@@ -174,8 +187,8 @@ redis.call('HSET', KEYS[1], unpack(pairs_))
 redis.call('PEXPIREAT', KEYS[1], ARGV[7])
 redis.call('ZADD', KEYS[2], ARGV[6], id)
 redis.call('ZADD', KEYS[3], ARGV[8], id)
-account(id, ARGV[4], ARGV[5])
 append(10 + n, ARGV[7])
+account(id, ARGV[4], held(ARGV[5]))
 return 1
 """
 )
@@ -202,9 +215,9 @@ redis.call('HSET', KEYS[1], unpack(pairs_))
 redis.call('PEXPIREAT', KEYS[1], ARGV[7])
 redis.call('ZADD', KEYS[2], ARGV[6], id)
 redis.call('ZADD', KEYS[3], ARGV[8], id)
-unaccount(id)
-account(id, ARGV[4], ARGV[5])
 append(12 + n, ARGV[7])
+unaccount(id)
+account(id, ARGV[4], held(ARGV[5]))
 return 1
 """
 )
@@ -380,7 +393,9 @@ class RedisStore:
 
     # the store
 
-    def create(self, record: RunRecord, *, forked_from: tuple[str, int] | None = None) -> RunRecord:
+    def create(
+        self, record: RunRecord, *, forked_from: tuple[str, int] | None = None, history: bool = True
+    ) -> RunRecord:
         record.check()
         made = sealed_head(self.keys, record)
         sealed = made.sealed
@@ -389,7 +404,7 @@ class RedisStore:
         args = [record.run_id, repr(now), self.prefix, record.status, sealed.size, repr(sealed.expires)]
         args += [self._pexpire(record.status, record.expires), repr(sealed.updated), len(pairs), *pairs]
         appended: tuple[int, frozenset[str]] | None = None
-        if record.status == "waiting" and self.history_kept != 0:
+        if history and record.status == "waiting" and self.history_kept != 0:
             history, *appended = self._history_args(record, {"forked_from": forked_from}, now, None, fresh=True)
             args += history
         else:
@@ -497,17 +512,28 @@ class RedisStore:
             args += [name, key.encode() + b"\n" + sealed]
         return args, k, refs | {m[0] for m in made}
 
-    def _entries(self, run_id: str, k: int | None = None) -> list[HistoryEntry]:
+    def _entries(self, run_id: str, k: int | None = None, *, heads: bool = True) -> list[HistoryEntry]:
+        """The run's kept entries (or entry `k`); without their saved runs' heads unless `heads`."""
         hist = self._run_keys(run_id)[-2]
         doing = f"reading the history of run {run_id!r}"
         if k is None:
-            raw = self._fields(self._call(doing, self.client.hgetall, hist))
-            ks = sorted(int(name[4:]) for name in raw if name.startswith("key:"))
+            first, last = self._call(doing, self.client.hmget, hist, ["first", "last"])
+            try:
+                low, high = int(first or 0), int(last if last is not None else -1)
+            except ValueError:
+                low, high = 0, -1 - MAX_ENTRIES  # damaged: refused below
+            if high - low >= MAX_ENTRIES:
+                raise StoreDataError.bad_field(run_id, "history", "names more entries than a store keeps: damaged")
+            ks = list(range(low, high + 1))
         else:
-            names = [f"{part}:{k}" for part in ("at", "key", "info", "head")]
-            found = self._call(doing, self.client.hmget, hist, names)
-            raw = {name: value for name, value in zip(names, found, strict=True) if value is not None}
-            ks = [k] if len(raw) == 4 else []
+            ks = [k]
+        parts = ("at", "key", "info", "head") if heads else ("at", "key", "info")
+        names = [f"{part}:{j}" for j in ks for part in parts]
+        found = self._call(doing, self.client.hmget, hist, names) if names else []
+        raw = {name: value for name, value in zip(names, found, strict=True) if value is not None}
+        ks = [j for j in ks if all(f"{part}:{j}" in raw for part in parts)]  # dropped meanwhile: not kept
+        if not heads:
+            raw |= {f"head:{j}": b"" for j in ks}
         try:
             return [
                 HistoryEntry(j, float(raw[f"at:{j}"]), raw[f"key:{j}"].decode(), raw[f"info:{j}"], raw[f"head:{j}"])
@@ -517,7 +543,7 @@ class RedisStore:
             raise StoreDataError.bad_field(run_id, "history", "has an entry with parts missing or damaged") from None
 
     def history(self, run_id: str) -> list[Checkpoint]:
-        return [entry.checkpoint(self.keys, run_id) for entry in self._entries(run_id)]
+        return [entry.checkpoint(self.keys, run_id) for entry in self._entries(run_id, heads=False)]
 
     def saved_at(self, run_id: str, k: int) -> tuple[Checkpoint, str]:
         found = self._entries(run_id, int(k))

@@ -88,7 +88,8 @@ CREATE TABLE IF NOT EXISTS runs (
     size INTEGER NOT NULL,
     key TEXT NOT NULL,
     head BLOB NOT NULL,
-    body BLOB NOT NULL
+    body BLOB NOT NULL,
+    hbytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_updated ON runs (updated);
 CREATE INDEX IF NOT EXISTS runs_by_expires ON runs (expires);
@@ -262,6 +263,9 @@ class SQLiteStore:
                     for statement in SCHEMA.split(";"):
                         if statement.strip():
                             conn.execute(statement)
+                    columns = {info[1] for info in conn.execute("PRAGMA table_info(runs)")}
+                    if "hbytes" not in columns:  # a store of before histories: what its runs' histories hold
+                        conn.execute("ALTER TABLE runs ADD COLUMN hbytes INTEGER NOT NULL DEFAULT 0")
                 if row is None:
                     conn.execute("INSERT INTO branchc_schema VALUES ('runs', ?)", (SCHEMA_VERSION,))
                 conn.execute("COMMIT")
@@ -321,7 +325,9 @@ class SQLiteStore:
 
     # the store
 
-    def create(self, record: RunRecord, *, forked_from: tuple[str, int] | None = None) -> RunRecord:
+    def create(
+        self, record: RunRecord, *, forked_from: tuple[str, int] | None = None, history: bool = True
+    ) -> RunRecord:
         record.check()
         made = sealed_head(self.keys, record)
         row = (record.run_id, *made.sealed.columns().values())
@@ -338,7 +344,7 @@ class SQLiteStore:
                     self._forget(conn, record.run_id)
                 conn.execute(f"INSERT INTO runs ({COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
                 appended = None
-                if record.status == "waiting" and self.history_kept != 0:
+                if history and record.status == "waiting" and self.history_kept != 0:
                     appended = self._append(conn, record, {"forked_from": forked_from}, now, None)
                 conn.execute("COMMIT")
             except BaseException as error:
@@ -425,7 +431,7 @@ class SQLiteStore:
             refs = frozenset(names[name] for (name,) in self._segment_rows(conn, "ref", run_id, names))
         k = 0 if last is None else last + 1
         entry = HistoryEntry.seal(self.keys, run_id, checkpoint_of(record, k, now, notes), record.saved)
-        forked = notes.get("forked_from")
+        forked, copied = notes.get("forked_from"), {}
         if forked is not None:  # the parent's segments as they are sealed (a seal names no run), named anew
             theirs = segment_names(self.keys, forked[0], [ref for ref in wanted if ref not in refs])
             rows = self._segment_rows(conn, "ref, CAST(key AS BLOB), sealed", forked[0], theirs)
@@ -440,8 +446,17 @@ class SQLiteStore:
         conn.execute(
             "INSERT INTO history VALUES (?, ?, ?, ?, ?, ?)", (run_id, k, now, entry.key, entry.info, entry.head)
         )
+        added = len(entry.info) + len(entry.head) + sum(len(m[3]) for m in made)
+        added += sum(len(sealed) for _, sealed in copied.values())
         if self.history_kept is not None:
-            conn.execute("DELETE FROM history WHERE run_id = ? AND k <= ?", (run_id, k - self.history_kept))
+            dropped = "FROM history WHERE run_id = ? AND k <= ?"
+            (freed,) = conn.execute(
+                f"SELECT COALESCE(SUM(length(info) + length(head)), 0) {dropped}", (run_id, k - self.history_kept)
+            ).fetchone()
+            conn.execute(f"DELETE {dropped}", (run_id, k - self.history_kept))
+            added -= freed
+        # what the run's history holds, counted with its saved run by usage (the caps); segments stay with the run
+        conn.execute("UPDATE runs SET hbytes = hbytes + ? WHERE run_id = ?", (added, run_id))
         return k, refs | {m[0] for m in made}
 
     @staticmethod
@@ -457,30 +472,38 @@ class SQLiteStore:
         conn.execute("DELETE FROM history WHERE run_id = ?", (run_id,))
         conn.execute("DELETE FROM segments WHERE run_id = ?", (run_id,))
 
-    def _entries(self, run_id: str, k: int | None = None) -> list[HistoryEntry]:
+    def _entries(self, run_id: str, k: int | None = None, *, heads: bool = True) -> list[HistoryEntry]:
+        """The run's kept entries (or entry `k`); without their saved runs' heads unless `heads`."""
         where, values = ("run_id = ?", [run_id]) if k is None else ("run_id = ? AND k = ?", [run_id, k])
+        head = "head" if heads else "x''"
         with self._use(f"reading the history of run {run_id!r}") as conn:
             rows = conn.execute(
-                f"SELECT k, at, CAST(key AS BLOB), info, head FROM history WHERE {where} ORDER BY k", values
+                f"SELECT k, at, CAST(key AS BLOB), info, {head} FROM history WHERE {where} ORDER BY k", values
             ).fetchall()
         return [HistoryEntry(k, at, key.decode(), info, head) for k, at, key, info, head in rows]
 
     def history(self, run_id: str) -> list[Checkpoint]:
-        return [entry.checkpoint(self.keys, run_id) for entry in self._entries(run_id)]
+        return [entry.checkpoint(self.keys, run_id) for entry in self._entries(run_id, heads=False)]
 
     def saved_at(self, run_id: str, k: int) -> tuple[Checkpoint, str]:
-        found = self._entries(run_id, int(k))
-        if not found:
-            raise KeyError(k)
-        entry = found[0]
-        pieces, refs = entry.parts(self.keys, run_id)
+        with self._use(f"reading the history of run {run_id!r}") as conn:
+            conn.execute("BEGIN")  # one snapshot: the entry and its segments, whatever is written meanwhile
+            try:
+                row = conn.execute(
+                    "SELECT CAST(key AS BLOB), at, info, head FROM history WHERE run_id = ? AND k = ?", (run_id, int(k))
+                ).fetchone()
+                if row is None:
+                    raise KeyError(k)
+                entry = HistoryEntry(int(k), row[1], row[0].decode(), row[2], row[3])
+                pieces, refs = entry.parts(self.keys, run_id)
 
-        def fetch(names: list[str]) -> dict[str, tuple[str, bytes]]:
-            with self._use(f"reading the history of run {run_id!r}") as conn:
-                rows = self._segment_rows(conn, "ref, CAST(key AS BLOB), sealed", run_id, names)
-            return {name: (key.decode(), sealed) for name, key, sealed in rows}
+                def fetch(names: list[str]) -> dict[str, tuple[str, bytes]]:
+                    rows = self._segment_rows(conn, "ref, CAST(key AS BLOB), sealed", run_id, names)
+                    return {name: (key.decode(), sealed) for name, key, sealed in rows}
 
-        texts = opened_segments(self.keys, run_id, refs, fetch)
+                texts = opened_segments(self.keys, run_id, refs, fetch)
+            finally:
+                conn.execute("COMMIT")
         return entry.checkpoint(self.keys, run_id), join_saved(run_id, pieces, refs, texts)
 
     def end_expired(self, run_id: str, expected_version: int, **changes: Any) -> RunRecord:
@@ -642,10 +665,14 @@ class SQLiteStore:
     def gc(self, now: float | None = None) -> int:
         now = time.time() if now is None else now
         with self._use("removing expired runs") as conn, self._transaction(conn):
-            gone = conn.execute(f"DELETE FROM runs WHERE expires <= ? AND NOT ({KEPT})", (now, now - ENDING_GRACE))
-            for table in ("history", "segments"):  # what went with them
-                conn.execute(f"DELETE FROM {table} WHERE run_id NOT IN (SELECT run_id FROM runs)")
-            return gone.rowcount
+            expired = f"expires <= ? AND NOT ({KEPT})"
+            ids = [
+                run for (run,) in conn.execute(f"SELECT run_id FROM runs WHERE {expired}", (now, now - ENDING_GRACE))
+            ]
+            conn.execute(f"DELETE FROM runs WHERE {expired}", (now, now - ENDING_GRACE))
+            for run_id in ids:  # and their histories
+                self._forget(conn, run_id)
+            return len(ids)
 
     def usage(self, *statuses: str, owner: str | _Anyone | None = ANYONE) -> Usage:
         where, values = "expires > ?", [time.time()]
@@ -656,8 +683,8 @@ class SQLiteStore:
             where += " AND owner IS ?"
             values.append(owner)
         with self._use("counting runs") as conn:
-            count, size = conn.execute(
-                f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs WHERE {where}", values
+            count, size = conn.execute(  # a run holds its saved run and its history
+                f"SELECT COUNT(*), COALESCE(SUM(size + hbytes), 0) FROM runs WHERE {where}", values
             ).fetchone()
         return Usage(count, size)
 
