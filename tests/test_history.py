@@ -400,7 +400,7 @@ DURABLE = Path(__file__).parent / "servers" / "durable_tools.py"
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    """One build cache for the module: the tool is also loaded in this process (`_fresh`), once."""
+    """One build cache for the module's servers and commands: the tool is compiled once."""
     return tmp_path_factory.mktemp("history_cache")
 
 
@@ -451,17 +451,17 @@ async def _answer_last(url: str, log: Path, waiting: Any) -> Any:
         return done.structured_content
 
 
-def _fresh(answers: list[Any], log: Path) -> Any:
-    """What a run fed `answers` from the start gives (the differential's other side)."""
-    from branchc.bridge.runs import load_tools
-    from branchc.runtime.client import ElicitAnswer
-    from branchc.runtime.driver import run_tool
-    from branchc.runtime.testing import MockClient
-
-    tool = load_tools(DURABLE)["durable_steps"]
+def _fresh(answers: list[Any], folder: Path) -> Any:
+    """What a run fed `answers` from the start gives (the differential's other side): `branchc run`."""
     samples = [a for a in answers if isinstance(a, str)]
-    forms = [ElicitAnswer(action="accept", content={"value": a}) for a in answers if isinstance(a, int)]
-    return anyio.run(lambda: run_tool(tool, {"rounds": len(answers), "log": str(log)}, MockClient(samples, forms)))
+    params = json.dumps({"rounds": len(answers), "log": str(folder / "fresh.txt")})
+    done = subprocess.run(
+        [sys.executable, "-m", "branchc", "run", str(DURABLE), "durable_steps", "--quiet", "--params", params,
+         "--responses", str(_responses(folder, samples, [a for a in answers if isinstance(a, int)]))],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def _graph(*arguments: str) -> str:
@@ -479,8 +479,9 @@ def _node(dot: str, text: str) -> str:
     return label
 
 
-def _responses(tmp_path: Path, samples: list[str], values: list[int]) -> Path:
-    path = tmp_path / "answers.yaml"
+def _responses(folder: Path, samples: list[str], values: list[int]) -> Path:
+    folder.mkdir(exist_ok=True)
+    path = folder / "answers.yaml"
     elicit = [{"action": "accept", "content": {"value": v}} for v in values]
     path.write_text(json.dumps({"sample": samples, "elicit": elicit}))
     return path
