@@ -10,7 +10,8 @@ and the blocks it added, not the conversation again. A saved text without parts 
 Everything but the run id, K, the time and the key id is sealed with the store's key, as records are:
 
     info    = AEAD(the Checkpoint as JSON,   associated data: "branchc history info", run id, K, key id)
-    head    = AEAD({"pieces", "refs"} JSON,  associated data: "branchc history head", run id, K, key id)
+    head    = AEAD({"refs", "sizes"} JSON, a newline, the pieces' UTF-8,
+                                             associated data: "branchc history head", run id, K, key id)
     segment = AEAD(the block's JSON items,   associated data: "branchc segment", ref, key id)
 
 and a segment opened is checked against its name (the BLAKE2b digest of its text), so one cannot stand in
@@ -149,6 +150,13 @@ def retention(value: Any) -> int | None:
     return kept
 
 
+def _head_bytes(pieces: tuple[str, ...], refs: tuple[str, ...]) -> bytes:
+    """A history entry's head (HistoryEntry.parts says its layout)."""
+    data = [piece.encode("utf-8", "surrogatepass") for piece in pieces]
+    header = json.dumps({"refs": list(refs), "sizes": [len(part) for part in data]}, separators=(",", ":"))
+    return b"".join((header.encode(), b"\n", *data))
+
+
 def _aad(label: bytes, *values: Any) -> bytes:
     parts = [str(value).encode() for value in values]
     return label + b"".join(len(part).to_bytes(4, "big") + part for part in parts)
@@ -171,35 +179,48 @@ class HistoryEntry:
         # answers are what a client sent: anything JSON lacks is kept as its text, never an error of the write
         info = json.dumps(checkpoint.as_json(), separators=(",", ":"), ensure_ascii=False, default=repr)
         info = info.encode("utf-8", "surrogatepass")
-        head = json.dumps({"pieces": pieces, "refs": refs}, separators=(",", ":"), ensure_ascii=False)
         return cls(
             k,
             checkpoint.at,
             key,
             keys.seal(info, _aad(INFO_LABEL, run_id, k, key)),
-            keys.seal(head.encode("utf-8", "surrogatepass"), _aad(HEAD_LABEL, run_id, k, key)),
+            keys.seal(_head_bytes(pieces, refs), _aad(HEAD_LABEL, run_id, k, key)),
         )
 
-    def _open(self, keys: KeyRing, run_id: str, label: bytes, sealed: bytes) -> Any:
+    def _open(self, keys: KeyRing, run_id: str, label: bytes, sealed: bytes) -> bytes:
         try:
-            plain = keys.open(self.key, sealed, _aad(label, run_id, self.k, self.key))
+            return keys.open(self.key, sealed, _aad(label, run_id, self.k, self.key))
         except SealError:
             raise StoreDataError.bad_field(
                 run_id, f"history[{self.k}]", "does not match its seal (edited, or moved from another run or place)"
             ) from None
-        return json.loads(plain.decode("utf-8", "surrogatepass"))
 
     def checkpoint(self, keys: KeyRing, run_id: str) -> Checkpoint:
-        found = Checkpoint.from_json(run_id, self._open(keys, run_id, INFO_LABEL, self.info))
+        info = self._open(keys, run_id, INFO_LABEL, self.info)
+        found = Checkpoint.from_json(run_id, json.loads(info.decode("utf-8", "surrogatepass")))
         if found.k != self.k:
             raise StoreDataError.bad_field(run_id, f"history[{self.k}]", f"holds the info of entry {found.k}")
         return found
 
     def parts(self, keys: KeyRing, run_id: str) -> tuple[Any, Any]:
-        head = self._open(keys, run_id, HEAD_LABEL, self.head)
-        if type(head) is not dict:
-            raise StoreDataError.bad_field(run_id, f"history[{self.k}]", "has a head that is not {pieces, refs}")
-        return head.get("pieces"), head.get("refs")
+        """(pieces, refs) of the entry's saved run. Its head is a line of JSON, `{"refs": [...], "sizes": [...]}`
+        (each piece's bytes), then the pieces' UTF-8 as they are: a saved run is JSON, which a JSON string of
+        it would escape quote by quote."""
+        plain = self._open(keys, run_id, HEAD_LABEL, self.head)
+        line, _, body = plain.partition(b"\n")
+        try:
+            header = json.loads(line)
+            refs, sizes = header["refs"], header["sizes"]
+            if sum(sizes) != len(body) or len(sizes) != len(refs) + 1 or min(sizes) < 0:
+                raise ValueError("its pieces are not the sizes it says")
+            pieces, at = [], 0
+            for size in sizes:
+                pieces.append(body[at : at + size].decode("utf-8", "surrogatepass"))
+                at += size
+        except (ValueError, KeyError, TypeError) as error:
+            problem = f"has a head that is not laid out as pieces and segments ({error})"
+            raise StoreDataError.bad_field(run_id, f"history[{self.k}]", problem) from None
+        return pieces, refs
 
     def resealed(self, keys: KeyRing, run_id: str) -> HistoryEntry:
         """The same entry sealed with the ring's first key (a rekey)."""
