@@ -464,6 +464,18 @@ def _fresh(answers: list[Any], folder: Path) -> Any:
     return json.loads(done.stdout)
 
 
+def _resumed_as_a_fresh_run(runs: Any, fork: str, db: str, folder: Path, before: list, after: list) -> None:
+    """The fork, waiting after the answers `before`, resumed with the answers `after`, ends as a run fed them all
+    from the start (the differential)."""
+    samples = [a for a in after if isinstance(a, str)]
+    resumed = runs(
+        "resume", fork, "--tools", str(DURABLE), "--store", db, "--json", "--quiet",
+        "--responses", str(_responses(folder, samples, [a for a in after if isinstance(a, int)])),
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["result"] == _fresh([*before, *after], folder / "fresh")
+
+
 def _graph(*arguments: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "branchc", "graph", *arguments], capture_output=True, text=True, timeout=120
@@ -524,12 +536,7 @@ def test_a_served_run_is_forked_at_a_past_checkpoint_and_both_go_on_apart(tmp_pa
         assert made.returncode == 0, made.stderr
         fork = json.loads(made.stdout)["run_id"]
         assert fork != parent
-        resumed = runs(
-            "resume", fork, "--tools", str(DURABLE), "--store", db, "--json", "--quiet",
-            "--responses", str(_responses(tmp_path, ["other 2"], [101, 103])),
-        )  # fmt: skip
-        assert resumed.returncode == 0, resumed.stderr
-        assert json.loads(resumed.stdout)["result"] == _fresh(["reply 0", 101, "other 2", 103], tmp_path / "fresh")
+        _resumed_as_a_fresh_run(runs, fork, db, tmp_path, ["reply 0"], [101, "other 2", 103])
         # the parent waits on, untouched: its client's next round ends it as if no fork had been made
         assert anyio.run(_answer_last, url, log, waiting) == {"answers": ["reply 0", 1, "reply 2", 3], "done": True}
     steps = log.read_text().splitlines()
@@ -554,12 +561,7 @@ def test_a_handshake_run_whose_server_died_is_forked_and_resumed(tmp_path, monke
     assert [h["k"] for h in history] == [0, 1, 2]
     assert "reply 0" in json.dumps(history[0]["answers"]) and '"value": 1' in json.dumps(history[1]["answers"])
     fork = json.loads(runs("fork", parent, "--at", "1", "--store", db, "--json").stdout)["run_id"]
-    resumed = runs(
-        "resume", fork, "--tools", str(DURABLE), "--store", db, "--json", "--quiet",
-        "--responses", str(_responses(tmp_path, ["other 2"], [11, 13])),
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout)["result"] == _fresh(["reply 0", 11, "other 2", 13], tmp_path / "fresh")
+    _resumed_as_a_fresh_run(runs, fork, db, tmp_path, ["reply 0"], [11, "other 2", 13])
     again = runs(
         "resume", parent, "--tools", str(DURABLE), "--store", db, "--json", "--quiet",
         "--responses", str(responses_file(tmp_path, 2, 4)),
