@@ -963,6 +963,7 @@ def runs_gc(
     from .bridge.expiry import BATCH, Left, Swept, end_expired_runs
     from .bridge.holder import describe_holder, holder
     from .bridge.runs import load_tools
+    from .runtime.builds import drop_unused_builds
 
     with _runs_store(store_url, state_key) as store:
         swept = Swept()
@@ -978,6 +979,7 @@ def runs_gc(
             for ident in store.expired(limit=BATCH):
                 record = store.load(ident, expired=True)
                 swept.left.append(Left(ident, record.tool if record is not None else "", reason))
+        dropped = drop_unused_builds(_builds_named(store))
     failures = [done for done in swept.ended if done.cleanup_error is not None]
     if as_json:
         ended = [
@@ -990,7 +992,7 @@ def runs_gc(
             for done in swept.ended
         ]
         left = [{"run_id": item.run_id, "tool": item.tool, "reason": item.reason} for item in swept.left]
-        _print_json({"removed": removed, "ended": ended, "left": left})
+        _print_json({"removed": removed, "ended": ended, "left": left, "builds_dropped": dropped})
     else:
         for done in swept.ended:
             for entry in done.logs:
@@ -1005,12 +1007,20 @@ def runs_gc(
             print(f"ended {len(swept.ended)} expired waiting run(s)")
         if swept.left:
             print(f"left {len(swept.left)} expired waiting run(s) whose finally blocks have not run (see above)")
+        if dropped:
+            print(f"dropped {len(dropped)} kept build(s) no stored run names: {', '.join(dropped)}")
     for done in failures:
         failure = f"{type(done.cleanup_error).__name__}: {done.cleanup_error}"
         ident = escape(done.record.run_id)
         err.print(f"[red bold]error:[/] run {ident} ended, but its cleanup failed: {escape(failure)}")
     if failures:
         raise typer.Exit(1)
+
+
+def _builds_named(store: Any) -> set[str]:
+    """The builds the stored runs were saved by, expired ones' included (ending one needs its build)."""
+    records = store.list(limit=10**9) + [store.load(ident, expired=True) for ident in store.expired(limit=10**9)]
+    return {str(record.meta.extra.get("build")) for record in records if record is not None}
 
 
 @runs_app.command("migrate")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -230,24 +231,35 @@ async def _rounds(url: str, rounds: int, state: str | None = None, responses: di
 @pytest.mark.usefixtures("state_key_in_env")
 def test_a_deploy_over_http_lets_the_clients_next_round_go_on(tmp_path) -> None:
     """Served with a store; the server is stopped, its source replaced in the same folder (a deploy), and started
-    again: the client's next round goes on in the new code where the point allows, is refused naming the point
-    where it does not (the run waits on), and goes on once code that can take it is served again."""
+    again. The client's next round goes on in the new code where the point allows. Where it does not, the run
+    finishes on the build that saved it, kept beside the new one, while new calls run the new code; and once that
+    build is no longer kept, the round is refused naming the point (the run waits on), and goes on when code that
+    can take it is served again."""
     source, env = deployable(tmp_path)
     store = ("--store", f"sqlite:///{tmp_path / 'runs.db'}")
     compatible = dict((e[0], e[1]) for e in EDITS)["change a sample's prompt"]
-    incompatible = dict((e[0], e[1]) for e in EDITS)["rename a local carried across yields"]
 
     with http_server(source, env, *store) as url:  # two samples of the loop answered; the third asked
         waiting, answers = anyio.run(_rounds, url, 3)
-    assert isinstance(waiting, types.InputRequiredResult)
-    source.write_text(incompatible)
-    with http_server(source, env, *store) as url:
-        refused, _ = anyio.run(_rounds, url, 1, waiting.request_state, answers)
-    text = refused.content[0].text
-    assert refused.is_error and "waits at point 'for/sample:reply'" in text and "no longer carries notes" in text
-    source.write_text(compatible)
+        other, other_answers = anyio.run(_rounds, url, 3)
+    assert isinstance(waiting, types.InputRequiredResult) and isinstance(other, types.InputRequiredResult)
+    (kept,) = (tmp_path / "cache" / "builds").iterdir()  # the served build, kept by its id
+    source.write_text(RENAMED)  # `notes` is `items` now: the point no longer carries what the run holds
     with http_server(source, env, *store) as url:
         done, _ = anyio.run(_rounds, url, 20, waiting.request_state, answers)
+        fresh, _ = anyio.run(_rounds, url, 20)
+    assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
+    assert not fresh.is_error and fresh.structured_content == {"items": ["x", "x", "x"], "pick": 1, "final": "x"}
+
+    shutil.rmtree(kept)  # the old build is gone from this machine
+    with http_server(source, env, *store) as url:
+        refused, _ = anyio.run(_rounds, url, 1, other.request_state, other_answers)
+    text = refused.content[0].text
+    assert refused.is_error and "waits at point 'for/sample:reply'" in text and "no longer carries notes" in text
+    assert f"the build that saved it ({kept.name}) is not kept here" in text
+    source.write_text(compatible)
+    with http_server(source, env, *store) as url:
+        done, _ = anyio.run(_rounds, url, 20, other.request_state, other_answers)
     assert not done.is_error, done
     assert done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
 
@@ -384,13 +396,20 @@ def test_a_guided_run_goes_on_after_a_deploy(tmp_path) -> None:
         waiting = anyio.run(_guided, url, 3)  # two samples of the loop answered
     shown = waiting.structured_content
     assert shown["status"] == "waiting_for_answers", shown
-    source.write_text(RENAMED)
     with http_server(source, env, *options) as url:
-        refused = anyio.run(_guided, url, 1, shown)
+        other = anyio.run(_guided, url, 3).structured_content
+    (kept,) = (tmp_path / "cache" / "builds").iterdir()
+    source.write_text(RENAMED)
+    with http_server(source, env, *options) as url:  # it cannot move: it finishes on the build that saved it
+        done = anyio.run(_guided, url, 20, shown)
+    assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
+    shutil.rmtree(kept)
+    with http_server(source, env, *options) as url:
+        refused = anyio.run(_guided, url, 1, other)
     assert refused.is_error and "waits at point 'for/sample:reply'" in refused.content[0].text
     source.write_text(dict((e[0], e[1]) for e in EDITS)["change a sample's prompt"])
     with http_server(source, env, *options) as url:  # the refused run waited on under the same state id
-        done = anyio.run(_guided, url, 20, shown)
+        done = anyio.run(_guided, url, 20, other)
     assert not done.is_error and done.structured_content == {"notes": ["x", "x", "x"], "pick": 1, "final": "x"}
 
 

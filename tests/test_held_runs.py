@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -463,12 +464,36 @@ async def test_a_crashed_handshake_run_resumes_on_a_new_build_where_its_point_al
     source = TOOL_FILE.read_text()
     resume = ("runs", "resume", run_id, "--tools", str(changed), "--store", db)
     answers = ("--responses", str(responses_file(tmp_path, 2, 4)))
-    changed.write_text(source.replace("answers", "collected"))  # what it carries changed: refused, it waits on
+    changed.write_text(source.replace("answers", "collected"))  # what it carries changed: it cannot move
+    kept = Path(cache) / "builds"
+    shutil.move(kept, tmp_path / "kept")  # nor is the build that saved it kept here: refused, it waits on
     refused = branchc(*resume, *answers, cache=cache)
     assert refused.returncode == 1 and "waits at point 'try:body/for/if:then/sample:reply'" in refused.stderr
+    assert "is not kept here" in refused.stderr
     assert only_run(db).status == "waiting" and lines(log) == ["step 0", "step 1"]
+    for build in (tmp_path / "kept").iterdir():
+        shutil.move(build, kept / build.name)
     changed.write_text(source.replace("    answers = []\n", "    answers = []  # what the user said, in order\n"))
     done = branchc(*resume, *answers, cache=cache)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == expected(4)  # what an uninterrupted run of either build gives
     assert lines(log) == ["step 0", "step 1", "step 2", "step 3", "finally", "after"]
+
+
+async def test_a_crashed_handshake_run_the_new_build_cannot_take_finishes_on_the_kept_one(cache, db, tmp_path):
+    """`runs resume` with tools that cannot take the run's point: it finishes on the build that saved it, which
+    its server kept in the cache, and says so in the record while it runs."""
+    log = tmp_path / "log.txt"
+    await crashed_waiting(cache, db, log, rounds=4, stop=2)
+    record = only_run(db)
+    changed = tmp_path / "deployed" / TOOL_FILE.name
+    changed.parent.mkdir()
+    changed.write_text(TOOL_FILE.read_text().replace("answers", "collected"))  # new runs say "collected"
+    answers = ("--responses", str(responses_file(tmp_path, 2, 4)))
+    done = branchc("runs", "resume", record.run_id, "--tools", str(changed), "--store", db, *answers, cache=cache)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected(4)  # the old build's result: "answers", every one
+    assert lines(log) == ["step 0", "step 1", "step 2", "step 3", "finally", "after"]
+    ended = only_run(db)
+    assert ended.status == "done" and ended.meta.extra["build"] == record.meta.extra["build"]
+    assert ended.meta.code_hash == record.meta.code_hash

@@ -56,10 +56,12 @@ import mcp.types as types
 from mcp.server import ServerRequestContext
 from pydantic import BaseModel
 
+from ..continuation.codec.common import saved_module
 from ..continuation.generator import suspended_at
 from ..continuation.registry import meta_of
+from ..runtime.builds import keep_build, load_run_or_kept, reading_kept, saved_build_of
 from ..runtime.machine import Machine
-from ..runtime.runstate import RunStateError, dump_run, load_run
+from ..runtime.runstate import RunStateError, dump_run
 from ..runtime.tool import Tool
 from ..store.base import (
     RunMeta,
@@ -170,14 +172,22 @@ def tool_code_hash(tool: Tool) -> str:
 
 
 def _facts(tool: Tool) -> tuple[str, str]:
-    """(tool_code_hash, tool_build) of a served tool, worked out once (each walks modules or the disk)."""
+    """(tool_code_hash, tool_build) of a served tool, worked out once (each walks modules or the disk). Every
+    KEEP_EVERY seconds its build is kept again (`runs gc` drops no build a server keeps)."""
     known = _TOOL_FACTS.get(id(tool))
     if known is None or known[0] is not tool:
-        known = _TOOL_FACTS[id(tool)] = (tool, _code_hash(tool), _build(tool))
+        kept = saved_build_of(getattr(tool.client_fn, "__module__", "") or "")  # a kept build's tool: kept already
+        folder = None if kept else _folder(tool)
+        build = kept or (keep_build(folder) if folder else "")
+        known = _TOOL_FACTS[id(tool)] = (tool, _code_hash(tool), build, folder, time.monotonic())
+    elif known[3] and time.monotonic() - known[4] > KEEP_EVERY:
+        keep_build(known[3])
+        known = _TOOL_FACTS[id(tool)] = (*known[:4], time.monotonic())
     return known[1], known[2]
 
 
-_TOOL_FACTS: dict[int, tuple[Tool, str, str]] = {}
+KEEP_EVERY = 600.0
+_TOOL_FACTS: dict[int, tuple[Tool, str, str, Path | None, float]] = {}
 
 
 def _code_hash(tool: Tool) -> str:
@@ -187,30 +197,37 @@ def _code_hash(tool: Tool) -> str:
         module = sys.modules.get(getattr(fn, "__module__", "") or "")
         for value in [fn, *(vars(module).values() if module is not None else ())]:
             table = getattr(value, "__branchc_table__", None)
-            if table is None or getattr(value, "__module__", None) in modules:
+            module_name = saved_module(getattr(value, "__module__", None) or "")  # a kept build's, as it names it
+            if table is None or module_name in modules:
                 continue
             with contextlib.suppress(AttributeError, KeyError, TypeError):
                 functions = table[0]["functions"]
-                modules[value.__module__] = {name: info["hash"] for name, info in functions.items()}
+                modules[module_name] = {name: info["hash"] for name, info in functions.items()}
     text = json.dumps(modules, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def _built(record: RunRecord) -> Any:
+    """The build a record says saved its run (an id; a folder's path in records of older versions)."""
+    return record.meta.extra.get("build")
+
+
 def tool_build(tool: Tool) -> str:
-    """The absolute path of the build folder the tool's client phase was imported from ("" if not from one)."""
+    """The id of the build the tool's client phase was imported from, kept in the cache (runtime/builds.py); ""
+    when it was not imported from a build."""
     return _facts(tool)[1]
 
 
-def _build(tool: Tool) -> str:
+def _folder(tool: Tool) -> Path | None:
     module = sys.modules.get(getattr(tool.client_fn, "__module__", "") or "")
     origin = getattr(getattr(module, "__spec__", None), "origin", None)  # __file__ names the source
     if module is None or not isinstance(origin, str):
-        return ""
+        return None
     folder = Path(origin).resolve().parent
     depth = module.__name__.count(".") + (Path(origin).name == "__init__.py")
     for _ in range(depth):
         folder = folder.parent
-    return str(folder) if (folder / "branchc.json").is_file() else ""
+    return folder if (folder / "branchc.json").is_file() else None
 
 
 def _clip(text: Any) -> str:
@@ -293,7 +310,7 @@ def moved_meta(meta: RunMeta, tool: Tool, machine: Machine) -> RunMeta:
 
 def store_guided_runs(runs: Any, tools: Any) -> Any:
     """Guided runs (a GuidedRuns over StoreWaitingRuns) whose records carry run_meta, checked on every take."""
-    runs.describe = lambda machine: run_meta("guided", tools[machine.tool], machine)
+    runs.describe = lambda machine: run_meta("guided", reading_kept(tools)[machine.tool], machine)
     return runs
 
 
@@ -607,7 +624,7 @@ class DurableRounds:
         """The response of answered round `number`, which asked for round `number` + 1: its requests again,
         from the saved run that waits for them (a round's reply is not stored: it holds the whole history)."""
         try:
-            _, machine = load_run(record.saved)
+            _, machine, _ = load_run_or_kept(record.saved, _built(record))
         except RunStateError as error:
             raise RunStateError(f"stored run {record.run_id!r} cannot be continued: {error}") from None
         try:
@@ -643,11 +660,36 @@ class DurableRounds:
             else:
                 kept[1].release()
         try:
-            handoff, machine = live if live is not None else load_run(record.saved)
+            handoff, machine, build = (
+                (*live, None) if live is not None else load_run_or_kept(record.saved, _built(record))
+            )
         except RunStateError as error:
             if claimed is not None:
                 await self._put_back(record, claimed)
             raise RunStateError(f"stored run {record.run_id!r} cannot be continued: {error}") from None
+        loaded = (handoff, machine, live, saved_as)
+        if build is None:
+            return await self._run_claimed(bridge, ctx, tool, record, number, responses, digest, claimed, *loaded)
+        with build.reading():  # it finishes on the build that saved it, kept beside this one (runtime/builds.py)
+            tool = build.tools[record.tool]
+            return await self._run_claimed(bridge, ctx, tool, record, number, responses, digest, claimed, *loaded)
+
+    async def _run_claimed(
+        self,
+        bridge: Any,
+        ctx: ServerRequestContext,
+        tool: Tool,
+        record: RunRecord,
+        number: int,
+        responses: dict,
+        digest: str,
+        claimed: RunRecord | None,
+        handoff: Any,
+        machine: Machine,
+        live: tuple[Any, Machine] | None,
+        saved_as: tuple[Any, Any],
+    ) -> Any:
+        warm = bridge_warm(bridge)
         try:
             check_answered(machine, responses.keys(), "input_responses")
             answers = {key: _answer(request, responses[key]) for key, request in machine.requests.items()}
@@ -722,7 +764,9 @@ class DurableRounds:
 
         finished = False
         try:
-            outcome = await guarded(ready(), again, bridge, ctx, tool, resumable=True, keep_as=lambda _: saved_as)
+            # kept live for the next round, unless it runs on a kept build (which the next round chooses again)
+            keep_as = None if saved_build_of(tool.client_fn.__module__) else lambda _: saved_as
+            outcome = await guarded(ready(), again, bridge, ctx, tool, resumable=True, keep_as=keep_as)
             finished = machine.done
         finally:
             if not saved and not finished and not deferred:

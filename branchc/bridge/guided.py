@@ -51,10 +51,11 @@ import mcp.types as types
 from mcp.server import ServerRequestContext
 from pydantic import BaseModel, ValidationError
 
+from ..runtime.builds import load_run_or_kept
 from ..runtime.errors import BranchcError, format_validation_errors
 from ..runtime.machine import Machine, Request
 from ..runtime.messages import Message
-from ..runtime.runstate import RunStateError, dump_run, load_run
+from ..runtime.runstate import RunStateError, dump_run
 from ..runtime.tool import Tool
 from .auth import current_principal
 from .durable import store_io
@@ -348,14 +349,21 @@ class GuidedRuns:
             await self.io(self.store.put_back, ident, waiting)
             return error_result(str(error))
 
+        try:  # in this build, or else in the kept build that saved it (runtime/builds.py)
+            loaded: Any = load_run_or_kept(waiting.saved, waiting.meta and waiting.meta.extra.get("build"))
+        except RunStateError as error:
+            loaded = error
+        build = loaded[2] if isinstance(loaded, tuple) else None
+        if build is not None:
+            tool = build.tools[waiting.tool]
+
         async def restored() -> tuple[Any, Machine]:
             nonlocal settled
-            try:
-                handoff, machine = load_run(waiting.saved)
-            except RunStateError:  # saved by a build whose points this one cannot take: it waits on, for one that can
+            if isinstance(loaded, RunStateError):  # no build here can take its points: it waits on, for one that can
                 settled = True
                 await self.io(self.store.put_back, ident, waiting)
-                raise
+                raise loaded
+            handoff, machine, _ = loaded
             try:
                 with released_unless_fed(machine):
                     answers = guide.answers(tool, machine, arguments)
@@ -373,7 +381,10 @@ class GuidedRuns:
             return await self._ask(ctx, handoff, machine, guide, taken=ident)  # keep() takes the place over, or ends it
 
         try:
-            return await guarded(restored(), ask_again, bridge, ctx, tool)
+            if build is None:
+                return await guarded(restored(), ask_again, bridge, ctx, tool)
+            with build.reading():
+                return await guarded(restored(), ask_again, bridge, ctx, tool)
         finally:
             if not settled:  # put back, the id may already be taken again, by another round: not ours to end
                 with anyio.CancelScope(shield=True):

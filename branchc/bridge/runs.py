@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..runtime.builds import KeptBuild, kept_build, load_run_or_kept
 from ..runtime.client import Client
 from ..runtime.driver import Event, resume_tool
 from ..runtime.errors import BranchcError, InputClosedError, MissingCapabilityError, RunTakenOverError
@@ -195,8 +196,8 @@ def end_run(
     only if that won, halt it so its `finally` blocks run once, here. RunsError when another writer moved it
     first: its cleanup is that writer's, and nothing runs here. `changes`: more of the write (a new expiry)."""
     run, verb = record.run_id, "cancelled" if status == "cancelled" else "ended"
-    try:
-        _, machine = load_run(record.saved)
+    try:  # in the tools' build, or the kept build that saved it: its own finally blocks run
+        _, machine, _ = load_run_or_kept(record.saved, record.meta.extra.get("build"))
     except RunStateError as error:
         raise RunsError(f"stored run {run!r} cannot be loaded to end it: {error}") from None
     extra = {k: v for k, v in record.meta.extra.items() if k not in ("claim", "held")} | note
@@ -289,8 +290,29 @@ async def resume_run(
     (`load_tools`), asking `client` what it waits for (see the module's doc). RunsError when it cannot be
     taken; what the run ends with otherwise."""
     record = find_run(store, ident)
-    run = record.run_id
     tool = _taken(record, tools, force, "resume", "only a waiting run can be resumed")
+    build = _finishes_on(record)
+    if build is None:
+        return await _resume(store, record, client, tool, on_event)
+    with build.reading():  # it finishes on the build that saved it, kept beside these tools (runtime/builds.py)
+        return await _resume(store, record, client, build.tools[record.tool], on_event)
+
+
+def _finishes_on(record: RunRecord) -> KeptBuild | None:
+    """The kept build a waiting run must finish on, when the tools given cannot take it; None when they can.
+    RunsError when neither can (nothing of the run moved: it waits on)."""
+    try:
+        _, machine, build = load_run_or_kept(record.saved, record.meta.extra.get("build"))
+    except RunStateError as error:
+        raise RunsError(f"run {record.run_id!r} cannot be resumed here: {error}") from None
+    machine.release()  # only a look: the resume reads the run again, as it goes on
+    return build
+
+
+async def _resume(
+    store: RunStore, record: RunRecord, client: Client, tool: Tool, on_event: Callable[[Event], None] | None
+) -> Resumed:
+    run = record.run_id
     held = HeldRun(store, tool, record.meta.era, record=record)
     try:
         await held.take()
@@ -385,11 +407,11 @@ def saved_by(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
 
 def _tool(record: RunRecord, tools: Mapping[str, Tool]) -> Tool:
     """The run's tool from `tools`, which need not be the code that saved it: a run of another build of the tool
-    is loaded when its points are compatible (continuation/snapshots.py `_moved`), and refused naming the point
-    otherwise. The build the record names is only shown, never loaded."""
+    is loaded when its points are compatible (continuation/snapshots.py `_moved`), else on the build that saved it
+    when that is kept here (runtime/builds.py), and refused naming the point otherwise."""
     run = record.run_id
     build = record.meta.extra.get("build")
-    served = f" (it was served from {build})" if isinstance(build, str) and build else ""
+    served = f" (it was saved by build {build})" if isinstance(build, str) and build else ""
     tool = tools.get(record.tool)
     if tool is None:
         have = ", ".join(sorted(tools)) or "none"
@@ -438,7 +460,9 @@ def migrate_runs(store: RunStore, tools: Mapping[str, Tool], *, dry_run: bool = 
         try:
             handoff, machine = load_run(record.saved)
         except RunStateError as error:
-            out.append(Migrated(run, record.tool, "refused", str(error)))
+            kept = kept_build(record.meta.extra.get("build"))
+            finishes = f"; it finishes on the build that saved it ({kept.id}), kept here" if kept else ""
+            out.append(Migrated(run, record.tool, "refused", f"{error}{finishes}"))
             continue
         try:
             text = dump_run(handoff, machine)

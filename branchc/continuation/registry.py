@@ -22,10 +22,14 @@ import os
 import re
 import sys
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from .codec.common import saved_module
 from .errors import SnapshotError
 
 __all__ = [
@@ -37,9 +41,11 @@ __all__ = [
     "lookup",
     "meta_of",
     "nested_code",
+    "reading_build",
     "register_value_types",
     "reregister",
     "resolve_class",
+    "saved_module",
     "travels",
 ]
 
@@ -113,6 +119,11 @@ class FunctionMeta:
     @cached_property
     def ref(self) -> str:
         return f"{self.module}:{self.qualname}"
+
+    @cached_property
+    def saved_ref(self) -> str:
+        """The ref a snapshot writes: a kept build's module under its own name (see `reading_build`)."""
+        return f"{saved_module(self.module)}:{self.qualname}"
 
 
 _INTERNAL = re.compile(r"_bc_(it|yf|exc|pend|wm|wx|wf|case)\d+")
@@ -504,6 +515,50 @@ def _check_modules(module: str, modules: frozenset[str] | None, ref: str) -> Non
         raise SnapshotError(f"{ref}: module {module!r} is not among the modules this resume allows")
 
 
+# -- kept builds -----------------------------------------------------------------------------------
+# An older build kept beside the one served (runtime/builds.py) is imported under a package of its own,
+# `_bcb_<id>.module`, so both are loaded at once. Snapshots always name modules as the build named them:
+# `saved_module` strips the package when one is written, and `reading_build` says which build a snapshot
+# read now names.
+
+#: the kept build a snapshot is read in: (its package's prefix, the modules it has), or None (the served build)
+_READING: ContextVar[tuple[str, frozenset[str]] | None] = ContextVar("branchc_reading_build", default=None)
+
+
+@contextmanager
+def reading_build(prefix: str, modules: frozenset[str]) -> Iterator[None]:
+    """While inside: a snapshot's `module:qualname` of one of `modules` names `prefix + module`, that module
+    of the kept build (the rounds of a run that finishes on it run inside)."""
+    token = _READING.set((prefix, modules))
+    try:
+        yield
+    finally:
+        _READING.reset(token)
+
+
+def reading_prefix() -> str | None:
+    """The package prefix of the kept build snapshots are read in now (see `reading_build`), or None."""
+    reading = _READING.get()
+    return reading[0] if reading is not None else None
+
+
+def register_kept(prefix: str, modules: dict[str, tuple[dict[str, str], frozenset[str]]]) -> None:
+    """Record the modules of a kept build imported under `prefix`: name -> (qualname -> code hash, classes), as
+    its manifest lists them (a module of classes only registers nothing of its own when imported)."""
+    for name, (functions, classes) in modules.items():
+        if prefix + name not in _LOADED:
+            _LOADED[prefix + name] = _Module(functions, classes)
+
+
+def _here(ref: Any) -> Any:
+    """A ref as a snapshot writes it -> the name of what it names in this process (see `reading_build`)."""
+    reading = _READING.get()
+    if reading is None or type(ref) is not str:
+        return ref
+    prefix, modules = reading
+    return prefix + ref if ref.partition(":")[0] in modules else ref
+
+
 # -- what a snapshot names ------------------------------------------------------------------------
 
 
@@ -511,6 +566,7 @@ def lookup(ref: Any, code_hash: str, modules: frozenset[str] | None = None) -> F
     """The compiled function named `module:qualname` with this code hash; its module is imported
     only if a manifest on sys.path lists it (and `modules`, when given, names it), and the hash it
     lists is this one."""
+    ref = _here(ref)
     meta = _BY_REF.get(ref) if type(ref) is str else None
     if meta is not None and meta.hash == code_hash and (modules is None or meta.module in modules):
         return meta  # the common case, in short
@@ -532,6 +588,7 @@ def lookup(ref: Any, code_hash: str, modules: frozenset[str] | None = None) -> F
 def current(ref: Any, modules: frozenset[str] | None = None) -> FunctionMeta:
     """The compiled function named `module:qualname` as this process has it, whatever code a snapshot was
     taken from (for a run moving to a new build: snapshots.py); imported as `lookup` imports."""
+    ref = _here(ref)
     known, qualname = _listed(ref, modules)
     module = _split(ref, "fn")[0]
     _import(module, known)
@@ -618,6 +675,7 @@ def held(value: Any) -> Any:
 
 def compiled_function(ref: Any, modules: frozenset[str] | None = None) -> types.FunctionType:
     """The public compiled function `module:qualname` (a variable that held one, by name)."""
+    ref = _here(ref)
     module, qualname = _split(ref, "ref")
     _check_modules(module, modules, ref)
     known = _known(module)
@@ -636,6 +694,7 @@ def resolve_class(ref: Any, modules: frozenset[str] | None = None) -> type:
     found = _VALUE_TYPES.get(ref) if type(ref) is str else None
     if found is not None:
         return found
+    ref = _here(ref)
     resolved = _RESOLVED.get(ref) if type(ref) is str else None
     if resolved is not None:  # found before in a compiled module loaded here: the same checks, in short
         found, known, loaded, module, qualname = resolved

@@ -96,6 +96,7 @@ from .registry import (
     nested_code,
     register_value_types,
     resolve_class,
+    saved_module,
     stored_functions,
     travels,
 )
@@ -263,14 +264,16 @@ def _ref(value: Any) -> str | None:
         safe = qualname in _SAFE_BUILTINS or _is_builtin_exception(value)
         return f"builtins:{qualname}" if safe and getattr(builtins, qualname, None) is value else None
     if isinstance(value, type):
-        return f"{module}:{qualname}" if travels(value) and not _escapes_except_exception(value) else None
+        if not travels(value) or _escapes_except_exception(value):
+            return None
+        return f"{saved_module(module)}:{qualname}"
     meta = getattr(value, "__branchc_meta__", None)
     if meta is None or meta.ref != f"{module}:{qualname}":
         return None
     target: Any = sys.modules.get(module)
     for part in qualname.split("."):
         target = vars(target).get(part) if isinstance(target, (type, types.ModuleType)) else None
-    return meta.ref if held(target) is value else None
+    return meta.saved_ref if held(target) is value else None
 
 
 _BOUND = (types.MethodType, types.BuiltinMethodType)
@@ -402,7 +405,7 @@ def _encode_generator(value: types.GeneratorType, child) -> dict:
         )
     return {
         "t": "gen",
-        "fn": meta.ref,
+        "fn": meta.saved_ref,
         "hash": meta.hash,
         "state": status,
         "label": label,
@@ -434,7 +437,7 @@ def _encode_extension(value: Any, child, path: str) -> dict | None:
         meta, code_path = NESTED_CODE[value.__code__]
         return {
             "t": "fn",
-            "in": meta.ref,
+            "in": meta.saved_ref,
             "hash": meta.hash,
             "code": list(code_path),
             "closure": [child(cell, (path, "<closure>", _ATTR)) for cell in value.__closure__ or ()],
@@ -531,7 +534,7 @@ def _plain_snapshot(generator: types.GeneratorType) -> dict[str, Any] | None:
     if encoded is None:
         return None
     meta = meta_of(generator.gi_code)
-    entry = {"t": "gen", "fn": meta.ref, "hash": meta.hash, "state": status, "label": label, "vars": encoded}
+    entry = {"t": "gen", "fn": meta.saved_ref, "hash": meta.hash, "state": status, "label": label, "vars": encoded}
     entry["free"] = {}
     entry.update(_where(meta, status, label))
     graph = tables.tables()  # "classes" and "shapes" when models were written, as `encode` writes them

@@ -8,6 +8,7 @@ import enum
 import importlib
 import io
 import math
+import re
 import sys
 import types
 import typing
@@ -520,3 +521,16 @@ def written_tables(class_index: dict[str, int], shape_index: dict[tuple[str, ...
     if shape_index:
         tables["shapes"] = [list(names) for names in shape_index]
     return tables
+
+
+_KEPT_PACKAGE = re.compile(r"_bcb_[0-9a-f]+\.")
+
+
+def saved_module(name: str) -> str:
+    """A module's name as a snapshot writes it: a module of an older build kept beside the served one is
+    imported as `_bcb_<build>.module` (runtime/builds.py), and written under the name its build gave it."""
+    if name.startswith("_bcb_"):
+        found = _KEPT_PACKAGE.match(name)
+        if found is not None:
+            return name[found.end() :]
+    return name

@@ -47,6 +47,7 @@ from .common import (
     finalizer,
     key_problem,
     plain_class,
+    saved_module,
     slot_members,
 )
 
@@ -430,7 +431,7 @@ def class_for(ref: str, kind: _Kind, resolve: ClassResolver, path: Any) -> type:
     if checked is None or checked is not found:
         if not (
             isinstance(found, type)
-            and found.__module__ == module
+            and saved_module(found.__module__) == module
             and found.__qualname__ == qualname
             and kind.test(found)
         ):

@@ -47,6 +47,7 @@ from .common import (
     finalizer,
     key_problem,
     plain_class,
+    saved_module,
     slot_members,
     written_tables,
 )
@@ -71,7 +72,7 @@ def _class_ref(e: _Encoder, t: type, path: Any) -> int:
         if finalizer(t):
             hint = f"{t.__qualname__} has a __del__, which a restored copy would run with the snapshot's data"
             raise NotSerializableError(_fmt(path), _type_name(t), hint)
-        ref = _CLASS_REFS[t] = f"{t.__module__}:{t.__qualname__}"
+        ref = _CLASS_REFS[t] = f"{saved_module(t.__module__)}:{t.__qualname__}"
     if e.classes is not None and t.__module__ != "builtins" and not e.classes(t):
         hint = (
             f"a snapshot names only classes defined at module level in the modules `branchc compile` compiled, "
