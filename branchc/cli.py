@@ -959,7 +959,8 @@ def runs_gc(
 ) -> None:
     """Delete the expired runs that have ended; print how many. An expired run that still waits has not run its
     finally blocks: with --tools it is ended here first (once, even while servers sweep too); without, it is left
-    (and said so) for a gc with --tools or a server serving its tools."""
+    (and said so) for a gc with --tools or a server serving its tools. Then drop the kept builds (those a run no
+    served build can take finishes on) that no stored run names and no server kept within the hour."""
     from .bridge.expiry import BATCH, Left, Swept, end_expired_runs
     from .bridge.holder import describe_holder, holder
     from .bridge.runs import load_tools
@@ -1124,31 +1125,43 @@ def compat(
         raise typer.Exit(1) from None
     lines = compare(before, after)
     if store_url is not None:
+        from .runtime.builds import kept_builds
+
         with _runs_store(store_url, state_key) as store:
             records = store.list(status="waiting", limit=10**9)
-        lines = with_waiting(lines, [(r.tool, w.function, w.point) for r in records for w in r.meta.waits])
+        here = kept_builds()  # a run whose own build is kept here finishes on it (runtime/builds.py)
+        waits = [
+            (r.tool, w.function, w.point, r.meta.extra.get("build") in here) for r in records for w in r.meta.waits
+        ]
+        lines = with_waiting(lines, [w[:3] for w in waits], [w[:3] for w in waits if w[3]])
     stranded = [
         line
         for line in lines
-        if line.verdict in STRANDING and line.migration is None and (store_url is None or (line.waiting or 0) > 0)
+        if line.verdict in STRANDING
+        and line.migration is None
+        and (store_url is None or (line.waiting or 0) > (line.kept or 0))
     ]
     if as_json:
         _print_json({"points": [line.as_json() for line in lines], "stranded": len(stranded)})
     else:
         table = Table(title="suspension points, old build -> new", title_justify="left")
-        for column in ("tool", "function", "point", "verdict", *(["waiting"] if store_url else []), "detail"):
+        counts = ["waiting", "on a kept build"] if store_url else []
+        for column in ("tool", "function", "point", "verdict", *counts, "detail"):
             table.add_column(column, overflow="fold")
         colours = {"unchanged": "dim", "compatible": "green", "needs a migration": "yellow", "removed": "red"}
         for line in lines:
             verdict = f"[{colours.get(line.verdict, 'cyan')}]{line.verdict}[/]"
-            waiting = [str(line.waiting or 0)] if store_url else []
+            waiting = [str(line.waiting or 0), str(line.kept or 0)] if store_url else []
             table.add_row(
                 escape(line.tool or "-"), escape(f"{line.module}:{line.function}"), escape(line.point), verdict,
                 *waiting, escape(line.detail),
             )  # fmt: skip
         Console(width=None if sys.stdout.isatty() else 200).print(table)
     if stranded:
-        err.print(f"{len(stranded)} point(s) would strand runs: write a migration, or keep serving the old build")
+        err.print(
+            f"{len(stranded)} point(s) would strand runs: write a migration, or keep the old build (a server keeps "
+            f"each build it serves, and finishes its runs on it, until `branchc runs gc` drops it)"
+        )
         raise typer.Exit(1)
 
 

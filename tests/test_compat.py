@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -289,7 +290,7 @@ def test_compat_against_a_git_revision(folders) -> None:
     assert bad.returncode == 1 and "no-such-rev" in bad.stderr
 
 
-def test_compat_with_a_store_counts_the_runs_waiting_at_each_point(folders) -> None:
+def test_compat_with_a_store_counts_the_runs_waiting_at_each_point(folders, monkeypatch) -> None:
     from branchc.bridge.loading import load_served_tools
     from branchc.bridge.server import create_server
     from branchc.store.keys import KeyRing
@@ -299,11 +300,8 @@ def test_compat_with_a_store_counts_the_runs_waiting_at_each_point(folders) -> N
     key = "k" * 40
     env = {**env, "BRANCHC_STATE_KEY": key}
     url = f"sqlite:///{folder / 'runs.db'}"
-    os.environ["BRANCHC_CACHE"] = env["BRANCHC_CACHE"]
-    try:
-        tools = load_served_tools(folder / "old" / "plan_tool.py")
-    finally:
-        del os.environ["BRANCHC_CACHE"]
+    monkeypatch.setenv("BRANCHC_CACHE", env["BRANCHC_CACHE"])  # where the tools are built, and their build kept
+    tools = load_served_tools(folder / "old" / "plan_tool.py")
     keys = KeyRing.parse(key)
     store = open_store(url, keys)
 
@@ -329,6 +327,19 @@ def test_compat_with_a_store_counts_the_runs_waiting_at_each_point(folders) -> N
     assert done.returncode == 0, done.stderr  # the removed point has no run waiting at it
     waiting = {line["point"]: line.get("waiting", 0) for line in json.loads(done.stdout)["points"]}
     assert waiting["for/sample:reply"] == 1 and waiting["while/log"] == 0
+
+    # a new build that cannot take the run where it waits: it finishes on its own build, kept here, so nothing is
+    # stranded until that build is gone
+    (folder / "new" / "plan_tool.py").write_text(
+        dict((e[0], e[1]) for e in EDITS)["rename a local carried across yields"]
+    )
+    done = branchc("compat", "old", "new", "--store", url, "--json", cwd=folder, env=env)
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in json.loads(done.stdout)["points"] if line["point"] == "for/sample:reply"]
+    assert line["verdict"] == "needs a migration" and line["waiting"] == 1 and line["kept"] == 1
+    shutil.rmtree(Path(env["BRANCHC_CACHE"]) / "builds")
+    done = branchc("compat", "old", "new", "--store", url, "--json", cwd=folder, env=env)
+    assert done.returncode == 1 and json.loads(done.stdout)["stranded"] == 1, done.stderr
 
 
 def test_a_point_with_a_migration_strands_nothing(folders) -> None:

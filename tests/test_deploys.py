@@ -458,6 +458,28 @@ def test_a_workflow_run_goes_on_at_its_step_after_a_deploy(tmp_path) -> None:
 
 
 @pytest.mark.usefixtures("state_key_in_env")
+def test_a_workflow_run_whose_step_is_gone_finishes_on_the_kept_workflow(tmp_path) -> None:
+    workflow = tmp_path / "flows" / "chain_of_thought.yaml"
+    workflow.parent.mkdir()
+    text = (Path(__file__).resolve().parent.parent / "examples" / "workflows" / "chain_of_thought.yaml").read_text()
+    workflow.write_text(text)
+    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
+    store = ("--store", f"sqlite:///{tmp_path / 'runs.db'}")
+    with http_server(workflow, env, *store) as url:  # the problem decomposed; the reasoning (step `reason`) asked
+        waiting, answers, asked = anyio.run(_workflow_rounds, url, 2)
+    assert isinstance(waiting, types.InputRequiredResult) and "Focus on sub-task 1 of 1: a" in asked[-1]
+    # the step the run waits at renamed, the next one reworded: the new workflow cannot take the run
+    workflow.write_text(text.replace("id: reason", "id: analyse").replace("Review all previous", "Combine the"))
+    with http_server(workflow, env, *store) as url:
+        done, _, asked = anyio.run(_workflow_rounds, url, 10, waiting.request_state, answers)
+        _, _, fresh = anyio.run(_workflow_rounds, url, 3)
+    assert not done.is_error, done
+    assert done.structured_content["status"] == "complete"
+    assert asked[0].startswith("Review all previous analyses:")  # the old workflow's next step
+    assert fresh[-1].startswith("Combine the analyses:")  # a new call runs the new one
+
+
+@pytest.mark.usefixtures("state_key_in_env")
 def test_a_self_contained_request_state_goes_on_after_a_deploy(tmp_path) -> None:
     """No store: the request_state is the whole run, sealed. A deploy (the same key) takes it where its point allows."""
     source, env = deployable(tmp_path)

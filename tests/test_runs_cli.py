@@ -192,7 +192,7 @@ def test_show_by_prefix_gives_everything_with_the_source_line(served, db):
     assert f"{TOOL_FILE}:{number}" in text and "answers = yield from ask_all(ctx, rounds, marker, log)" in text
     assert "sample-1 (sample, branch 0.1): question 0" in text
     data = json.loads(ok("show", nested, "--store", db, "--json").stdout)
-    assert data["run_id"] == nested and data["build"] and Path(data["build"], "branchc.json").is_file()
+    assert data["run_id"] == nested and (served["cache"] / "builds" / data["build"] / "branchc.json").is_file()
     assert data["waits"][0]["source"] == SOURCE[number - 1].strip()
     assert data["code_hash"] and data["extra"]["round"] == 1
     assert f"no run 'nope' in {db}" in one_error(runs("show", "nope", "--store", db))

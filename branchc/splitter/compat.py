@@ -44,6 +44,7 @@ class Point:
     new_label: int | None = None
     detail: str = ""
     waiting: int | None = None  # runs waiting there (with a store)
+    kept: int | None = None  # of those, runs whose own build is kept here: they can finish on it (runtime/builds.py)
     migration: str | None = None  # the new build's migration that takes runs from this point (Tool.migrate)
     changes: dict[str, Any] = field(default_factory=dict)
 
@@ -142,26 +143,37 @@ def _fits(was: Iterable[str], now: Iterable[str]) -> bool:
     return "*" in now or set(was) <= now
 
 
-def with_waiting(lines: list[Point], waits: Iterable[tuple[str, str, str]]) -> list[Point]:
-    """The report's lines with how many of `waits` (tool, function, point: one per waiting branch of a store's runs)
-    wait at each point; a run saved without its points (by a branchc before them) is a line of its own, removed:
-    it goes on only where the build that saved it is served."""
+def _counted(waits: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], int]:
     counts: dict[tuple[str, str, str], int] = {}
     for wait in waits:
         counts[wait] = counts.get(wait, 0) + 1
+    return counts
+
+
+def with_waiting(
+    lines: list[Point], waits: Iterable[tuple[str, str, str]], kept: Iterable[tuple[str, str, str]] = ()
+) -> list[Point]:
+    """The report's lines with how many of `waits` (tool, function, point: one per waiting branch of a store's runs)
+    wait at each point, and how many of `kept` (those of runs whose own build is kept here); a run saved without its
+    points (by a branchc before them) is a line of its own, removed: it goes on only where its own build is served."""
+    counts, on_kept = _counted(waits), _counted(kept)
     out = []
     for line in lines:
         if line.verdict == "added":
             out.append(line)
             continue
-        mine = sum(
-            n
-            for (tool, function, point), n in counts.items()
-            if function == line.function and point == line.point and line.tool in (None, tool)
-        )
-        out.append(replace(line, waiting=mine))
+
+        def at(counted: dict[tuple[str, str, str], int], line: Point = line) -> int:
+            return sum(
+                n
+                for (tool, function, point), n in counted.items()
+                if function == line.function and point == line.point and line.tool in (None, tool)
+            )
+
+        out.append(replace(line, waiting=at(counts), kept=at(on_kept)))
     for (tool, function, point), n in sorted(counts.items()):
-        if not point:
+        if not point:  # (its build, when kept here, still takes it: `kept`)
             detail = "saved without its points (by an older branchc): it goes on only where its own build is served"
-            out.append(Point("-", function, "(unknown)", "removed", tool, detail=detail, waiting=n))
+            known = on_kept.get((tool, function, point), 0)
+            out.append(Point("-", function, "(unknown)", "removed", tool, detail=detail, waiting=n, kept=known))
     return out
