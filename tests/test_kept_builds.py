@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,8 @@ TOOL_SOURCE = textwrap.dedent(
     """
 )
 STOPS = 7  # the places a run waits: 3 samples, 2 in the branch, the form (twice: declined once), the last sample
-#: the new build: what the loop carries is renamed, so no run waiting in or after it can move there
-NEW_SOURCE = TOOL_SOURCE.replace("notes", "items").replace('"build": "old"', '"build": "new"')
+#: the new build: what the loop and the branch carry is renamed, so no run waiting in or after them can move there
+NEW_SOURCE = TOOL_SOURCE.replace("notes", "items").replace("outline", "sketch").replace('"old"', '"new"')
 
 
 def answer(request: Any) -> Any:
@@ -163,7 +164,7 @@ def test_a_run_the_new_build_cannot_take_finishes_on_the_kept_old_one(isolated) 
     assert not new.errors and sys.modules[TOOL].__file__.startswith(str(isolated / "new"))
     assert drive(new.tools["plan"])[1]["build"] == "new"
     for text in texts:
-        with pytest.raises(RunStateError, match="no longer carries notes"):
+        with pytest.raises(RunStateError, match="no longer carries (notes|outline)"):
             load_run(text)
         handoff, machine, on = load_run_or_kept(text, ident)
         assert on is kept
@@ -284,3 +285,30 @@ def test_runs_gc_drops_the_kept_builds_no_stored_run_names(isolated) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["builds_dropped"] == [idents[1]]
     assert list(kept_builds()) == [idents[0]]
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_a_kept_runs_branches_step_on_executors_in_its_own_build(isolated, kind) -> None:
+    """Its branch steps travel to workers (a thread of this process, whose context is not the round's, or a
+    process) with the kept build's folder: each worker reads them in that build."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from branchc.executors import open_executor
+
+    old = compiled(isolated / "old", TOOL_SOURCE)
+    ident = keep_build(old)
+    kept = kept_build(ident)
+    with kept.reading():
+        text = drive(kept.tools["plan"], 2)  # in the loop, before the branch
+        expected = drive(kept.tools["plan"])
+    import_build(compiled(isolated / "new", NEW_SOURCE))
+    executor = ThreadPoolExecutor(1) if kind == "threads" else open_executor("process:1")
+    try:
+        handoff, machine, on = load_run_or_kept(text, ident)
+        assert on is kept
+        machine.executor = executor
+        with warnings.catch_warnings(), on.reading():
+            warnings.simplefilter("error")  # a step that could not travel would warn, and run here
+            assert drive(on.tools["plan"], loaded=(handoff, machine)) == expected
+    finally:
+        executor.shutdown()

@@ -44,6 +44,7 @@ __all__ = [
     "drop_unused_builds",
     "keep_build",
     "kept_build",
+    "kept_build_in",
     "kept_builds",
     "load_run_or_kept",
     "reading_kept",
@@ -171,11 +172,21 @@ def kept_build(ident: Any) -> KeptBuild | None:
     """The kept build `ident` (a record's), imported once per process; None when no build of that id is kept."""
     if type(ident) is not str or not _ID.fullmatch(ident):
         return None  # a record of an older branchc (a folder's path), or none
+    return _kept_at(builds_root() / ident)
+
+
+def kept_build_in(folder: str) -> KeptBuild | None:
+    """The kept build in `folder` (a branch step's build folder, runtime/steps.py: a worker's cache may be another
+    one), imported once per process; None when `folder` holds no kept build."""
+    return _kept_at(Path(folder)) if _ID.fullmatch(os.path.basename(folder)) else None
+
+
+def _kept_at(folder: Path) -> KeptBuild | None:
+    ident = folder.name
     with _KEPT_LOCK:
         found = _KEPT.get(ident)
         if found is None:
-            folder = builds_root() / ident
-            if not (folder / MANIFEST).is_file():
+            if not (folder / MANIFEST).is_file() or not (folder / package_of(ident) / "__init__.py").is_file():
                 return None
             found = _KEPT[ident] = _load_kept(ident, folder)
         return found

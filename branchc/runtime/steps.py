@@ -251,6 +251,25 @@ def run_step(message: bytes, paths: tuple[str, ...] = (), key: str | bytes = "")
             if path in sys.path:
                 sys.path.remove(path)
             sys.path.insert(0, path)
+    kept = _kept_among(paths)  # a run finishing on a kept build steps its branches in that build's code
+    if kept is None:
+        return _stepped(body, answer)
+    with kept.reading():
+        return _stepped(body, answer)
+
+
+def _kept_among(paths: tuple[str, ...]) -> Any:
+    """The kept build (runtime/builds.py) whose folder is among a step's build folders, imported; None if none is."""
+    from .builds import kept_build_in
+
+    for path in paths:
+        kept = kept_build_in(path)
+        if kept is not None:
+            return kept
+    return None
+
+
+def _stepped(body: bytes, answer: Any) -> bytes:
     holder = Context(None)  # type: ignore[arg-type]  # bound to the shipped state once it is decoded
     try:
         data = json.loads(body)
