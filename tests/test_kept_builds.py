@@ -260,8 +260,13 @@ def test_unused_builds_are_dropped_and_used_or_recent_ones_kept(isolated) -> Non
     old = time.time() - KEEP_AT_LEAST - 60
     for ident in idents[:2]:
         os.utime(builds_root() / ident, (old, old))
+    stale, fresh = builds_root() / f".{idents[1]}.1.2.tmp", builds_root() / f".{idents[1]}.3.4.tmp"
+    for scratch in (stale, fresh):  # what a process killed while keeping a build left
+        (scratch / "_bcb_x").mkdir(parents=True)
+    os.utime(stale, (old, old))
     assert drop_unused_builds({idents[0]}) == [idents[1]]  # named by a run: kept; new: kept
     assert sorted(kept_builds()) == sorted([idents[0], idents[2]])
+    assert fresh.is_dir() and not stale.exists()
 
 
 def test_runs_gc_drops_the_kept_builds_no_stored_run_names(isolated) -> None:

@@ -59,7 +59,7 @@ from pydantic import BaseModel
 from ..continuation.codec.common import saved_module
 from ..continuation.generator import suspended_at
 from ..continuation.registry import meta_of
-from ..runtime.builds import keep_build, load_run_or_kept, reading_kept, saved_build_of
+from ..runtime.builds import build_id, keep_build, load_run_or_kept, reading_kept, saved_build_of
 from ..runtime.machine import Machine
 from ..runtime.runstate import RunStateError, dump_run
 from ..runtime.tool import Tool
@@ -178,12 +178,26 @@ def _facts(tool: Tool) -> tuple[str, str]:
     if known is None or known[0] is not tool:
         kept = saved_build_of(getattr(tool.client_fn, "__module__", "") or "")  # a kept build's tool: kept already
         folder = None if kept else _folder(tool)
-        build = kept or (keep_build(folder) if folder else "")
+        build = kept or (_kept(folder) if folder else "")
         known = _TOOL_FACTS[id(tool)] = (tool, _code_hash(tool), build, folder, time.monotonic())
     elif known[3] and time.monotonic() - known[4] > KEEP_EVERY:
-        keep_build(known[3])
+        _kept(known[3])
         known = _TOOL_FACTS[id(tool)] = (*known[:4], time.monotonic())
     return known[1], known[2]
+
+
+def _kept(folder: Path) -> str:
+    """The build's id, once it is kept in the cache; a cache that cannot take it is said on stderr, and serving
+    goes on (its runs then cannot finish on it after a deploy)."""
+    try:
+        return keep_build(folder)
+    except (OSError, ValueError, KeyError) as error:
+        print(f"branchc: the build {folder} cannot be kept in the cache ({error}); after a deploy, its runs can "
+              f"only move or migrate", file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            return build_id(folder)
+        except (OSError, ValueError, KeyError):
+            return ""
 
 
 KEEP_EVERY = 600.0

@@ -92,7 +92,17 @@ def keep_build(folder: str | Path) -> str:
         return ident
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.parent / f".{ident}.{os.getpid()}.{threading.get_ident()}.tmp"
-    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        _write_kept(folder, scratch, ident)
+        os.rename(scratch, target)  # whole or not at all
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not target.is_dir():
+            raise
+    return ident  # (kept by another process first, from the same files, when the rename found it there)
+
+
+def _write_kept(folder: Path, scratch: Path, ident: str) -> None:
     package = scratch / package_of(ident)
     package.mkdir(parents=True)
     (package / "__init__.py").write_text('"""A build kept by branchc (runtime/builds.py)."""\n', encoding="utf-8")
@@ -104,11 +114,6 @@ def keep_build(folder: str | Path) -> str:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(_imports_kept(text, tops, package_of(ident)), encoding="utf-8")
     shutil.copyfile(folder / MANIFEST, scratch / MANIFEST)
-    try:
-        os.rename(scratch, target)
-    except OSError:  # another process kept it first: the same files
-        shutil.rmtree(scratch, ignore_errors=True)
-    return ident
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
@@ -237,7 +242,7 @@ def kept_builds() -> dict[str, float]:
 
 def drop_unused_builds(used: Iterable[str], *, now: float | None = None) -> list[str]:
     """Drop the kept builds that no id in `used` names and that were last kept over KEEP_AT_LEAST ago (a server
-    that just started may not have saved a run yet); the ids dropped."""
+    that just started may not have saved a run yet), and what killed processes left half written; the ids dropped."""
     used, now = set(used), time.time() if now is None else now
     dropped = []
     for ident, kept_at in sorted(kept_builds().items()):
@@ -245,6 +250,10 @@ def drop_unused_builds(used: Iterable[str], *, now: float | None = None) -> list
             continue
         shutil.rmtree(builds_root() / ident, ignore_errors=True)
         dropped.append(ident)
+    for scratch in builds_root().glob(".*.tmp") if builds_root().is_dir() else ():  # left by a killed process
+        with contextlib.suppress(OSError):
+            if now - scratch.stat().st_mtime > KEEP_AT_LEAST:
+                shutil.rmtree(scratch, ignore_errors=True)
     return dropped
 
 
