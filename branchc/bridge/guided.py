@@ -351,7 +351,7 @@ class GuidedRuns:
 
         try:  # in this build, or else in the kept build that saved it (runtime/builds.py)
             loaded: Any = load_run_or_kept(waiting.saved, waiting.meta and waiting.meta.extra.get("build"))
-        except RunStateError as error:
+        except Exception as error:  # raised in the round, whose result says it
             loaded = error
         build = loaded[2] if isinstance(loaded, tuple) else None
         if build is not None:
@@ -362,6 +362,7 @@ class GuidedRuns:
             if isinstance(loaded, RunStateError):  # no build here can take its points: it waits on, for one that can
                 settled = True
                 await self.io(self.store.put_back, ident, waiting)
+            if isinstance(loaded, Exception):
                 raise loaded
             handoff, machine, _ = loaded
             try:

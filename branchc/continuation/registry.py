@@ -42,6 +42,8 @@ __all__ = [
     "meta_of",
     "nested_code",
     "reading_build",
+    "reading_prefix",
+    "register_kept",
     "register_value_types",
     "reregister",
     "resolve_class",
