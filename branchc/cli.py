@@ -1030,8 +1030,9 @@ def runs_migrate(
         Path,
         typer.Option(
             "--to",
-            metavar="PATH",
-            help="The tools to move the waiting runs to: sources or a build, as `branchc serve PATH` takes them.",
+            metavar="PATH|BUILD",
+            help="The tools to move the waiting runs to: sources or a build, as `branchc serve PATH` takes them, or "
+            "the id of a build kept in the cache (as `branchc runs list` shows it).",
         ),
     ],
     dry_run: Annotated[
@@ -1049,9 +1050,15 @@ def runs_migrate(
     from rich.table import Table
 
     from .bridge.runs import load_tools, migrate_runs
+    from .runtime.builds import kept_build
 
+    kept = None if to.exists() else kept_build(str(to))
     with _runs_store(store_url, state_key) as store:
-        done = migrate_runs(store, load_tools(to), dry_run=dry_run)
+        if kept is None:
+            done = migrate_runs(store, load_tools(to), dry_run=dry_run)
+        else:
+            with kept.reading():  # moved to an older build, kept in the cache (runtime/builds.py)
+                done = migrate_runs(store, kept.tools, dry_run=dry_run)
     refused = [entry for entry in done if entry.outcome == "refused"]
     if as_json:
         _print_json([dataclasses.asdict(entry) for entry in done])

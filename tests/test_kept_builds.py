@@ -164,7 +164,7 @@ def test_a_run_the_new_build_cannot_take_finishes_on_the_kept_old_one(isolated) 
     assert not new.errors and sys.modules[TOOL].__file__.startswith(str(isolated / "new"))
     assert drive(new.tools["plan"])[1]["build"] == "new"
     for text in texts:
-        with pytest.raises(RunStateError, match="no longer carries (notes|outline)"):
+        with pytest.raises(RunStateError, match=r"no longer carries (notes|outline)"):
             load_run(text)
         handoff, machine, on = load_run_or_kept(text, ident)
         assert on is kept
@@ -317,3 +317,30 @@ def test_a_kept_runs_branches_step_on_executors_in_its_own_build(isolated, kind)
             assert drive(on.tools["plan"], loaded=(handoff, machine)) == expected
     finally:
         executor.shutdown()
+
+
+def test_runs_migrate_moves_waiting_runs_to_a_kept_build_by_its_id(isolated) -> None:
+    from branchc.bridge.durable import run_meta, tool_code_hash
+
+    old = keep_build(compiled(isolated / "old", TOOL_SOURCE))
+    newer = import_build(compiled(isolated / "new", TOOL_SOURCE.replace('"polish "', '"polish this: "')))
+    tool = newer.tools["plan"]
+    text = drive(tool, 2)
+    handoff, machine = load_run(text)
+    meta = run_meta("2026-07-28", tool, machine)
+    machine.release()
+    url, key = f"sqlite:///{isolated / 'runs.db'}", "k" * 40
+    store = open_store(url, KeyRing([key]))
+    run = store.create(RunRecord.new("plan", text, ttl=600, meta=meta)).run_id
+    env = {**os.environ, "BRANCHC_STATE_KEY": key}
+    command = [sys.executable, "-m", "branchc", "runs", "migrate", "--to", old, "--store", url, "--json"]
+    out = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert [(e["run_id"], e["outcome"]) for e in json.loads(out.stdout)] == [(run, "moved")]
+    moved = store.load(run)
+    store.close()
+    assert moved.meta.extra["build"] == old != meta.extra["build"]
+    with kept_build(old).reading():
+        assert moved.meta.code_hash == tool_code_hash(kept_build(old).tools["plan"]) != meta.code_hash
+        handoff, machine = load_run(moved.saved)  # saved by the kept build: read there as it is
+        assert drive(kept_build(old).tools["plan"], loaded=(handoff, machine)) == drive(tool)
