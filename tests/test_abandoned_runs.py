@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -231,7 +232,8 @@ def test_runs_gc_leaves_a_run_other_code_cannot_take_and_ends_one_it_can(cache, 
     changed.parent.mkdir()
     changed.write_text(TOOL_FILE.read_text().replace("answers", "collected"))  # carried across every yield
     time.sleep(max(0.0, run["expires"] - time.time()) + 0.2)
-    data = ok_json(cache, "gc", "--store", store, "--tools", str(changed))
+    with builds_aside(cache):  # nor is the build that saved it kept here
+        data = ok_json(cache, "gc", "--store", store, "--tools", str(changed))
     assert data["ended"] == [] and [e["run_id"] for e in data["left"]] == [run["run_id"]]
     reason = data["left"][0]["reason"]
     assert "waits at point 'try:body/for/if:then/sample:reply', saved by another build" in reason, reason
@@ -241,6 +243,43 @@ def test_runs_gc_leaves_a_run_other_code_cannot_take_and_ends_one_it_can(cache, 
     )
     data = ok_json(cache, "gc", "--store", store, "--tools", str(changed))
     assert [e["run_id"] for e in data["ended"]] == [run["run_id"]] and lines(marker) == ["new"]
+
+
+@contextlib.contextmanager
+def builds_aside(cache: Path) -> Iterator[None]:
+    """The builds kept in the cache set aside (as on a machine that never served them), and put back after."""
+    kept, aside = cache / "builds", cache.parent / f"{cache.name}-builds-aside"
+    kept.rename(aside)
+    try:
+        yield
+    finally:
+        for build in aside.iterdir():
+            if not (kept / build.name).exists():
+                kept.mkdir(exist_ok=True)
+                build.rename(kept / build.name)
+        shutil.rmtree(aside)
+
+
+def test_runs_gc_ends_a_run_other_code_cannot_take_on_its_own_kept_build(cache, tmp_path):
+    """`--tools` naming a build that cannot take the run: it is ended on the build that saved it, kept in the
+    cache, whose finally runs (its mark is the old code's)."""
+    marker, log, store = tmp_path / "marker.txt", tmp_path / "serve.log", f"sqlite:///{tmp_path / 'runs.db'}"
+    with serving(cache, log, "--store", store, "--state-ttl", "3") as (url, process):
+        anyio.run(start_and_abandon, url, marker)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    run = the_run(cache, store)
+    changed = tmp_path / "tools" / "cleanup_tools.py"
+    changed.parent.mkdir()
+    changed.write_text(
+        TOOL_FILE.read_text()
+        .replace("answers", "collected")
+        .replace('handoff["marker"], "client")', 'handoff["marker"], "new")')
+    )
+    time.sleep(max(0.0, run["expires"] - time.time()) + 0.2)
+    data = ok_json(cache, "gc", "--store", store, "--tools", str(changed))
+    assert [e["run_id"] for e in data["ended"]] == [run["run_id"]] and data["left"] == []
+    assert lines(marker) == ["client"]  # the old code's finally, once
 
 
 def test_two_enders_racing_on_one_expired_run_end_it_once(cache, tmp_path, monkeypatch):

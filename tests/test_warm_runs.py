@@ -32,6 +32,7 @@ from test_durable_rounds import (
 import branchc.bridge.durable
 import branchc.bridge.rounds
 import branchc.bridge.server
+import branchc.runtime.builds
 from branchc.bridge.loading import load_served_tools
 from branchc.bridge.warm import WarmRuns
 from branchc.runtime.machine import Machine
@@ -60,7 +61,7 @@ def loads(monkeypatch) -> list[int]:
         return load_run(text, *rest)
 
     monkeypatch.setattr(branchc.bridge.rounds, "load_run", counted)
-    monkeypatch.setattr(branchc.bridge.durable, "load_run", counted)
+    monkeypatch.setattr(branchc.runtime.builds, "load_run", counted)  # durable.py's, through load_run_or_kept
     return count
 
 
