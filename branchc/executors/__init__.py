@@ -27,6 +27,7 @@ Another executor gets a key of its own inside each task.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
 import re
@@ -147,7 +148,7 @@ class ProcessPool(cf.Executor):
             try:
                 return self._pool.submit(fn, *args, **kwargs)
             except BrokenProcessPool:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+                _retire(self._pool)
                 self._pool = self._new()
                 self.renewed += 1
                 return self._pool.submit(fn, *args, **kwargs)
@@ -155,6 +156,17 @@ class ProcessPool(cf.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
             self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def _retire(pool: cf.ProcessPoolExecutor) -> None:
+    """Shut a broken pool down, and kill what is left of its workers. When a pool breaks, CPython's manager thread
+    kills its workers and then joins them; a worker started by a submission that raced the break is not among those
+    it killed, and that join (at the latest, at interpreter exit) would wait for it for ever."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        with contextlib.suppress(Exception):  # gone already
+            worker.kill()
 
 
 class DaskExecutor(cf.Executor):
