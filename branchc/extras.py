@@ -6,6 +6,7 @@ more names its extra when the package is missing, as one `MissingExtraError`:
     redis     the Redis store (`--store redis://...`, `open_store`)           the redis package
     handlers  the Monty result-handler engine (`serve --result-handlers`)     the pydantic-monty package
     dask      the dask executor (`--executor dask://...`, `open_executor`)    the distributed package
+    otel      exporting traces (`serve --otel`)                               the opentelemetry-sdk package
     all       every extra above
 
 Such a package is imported only where its feature is used, never at the top of a module that importing
@@ -23,6 +24,7 @@ EXTRAS: dict[str, tuple[str, str, str]] = {
     "redis": ("the Redis store", "redis", "redis"),
     "handlers": ("the Monty result-handler engine", "pydantic-monty", "pydantic_monty"),
     "dask": ("the dask executor", "distributed", "distributed"),
+    "otel": ("exporting traces", "opentelemetry-sdk", "opentelemetry.sdk"),
 }
 
 

@@ -34,12 +34,13 @@ TOOL = ROOT / "examples" / "tools" / "pick_card.py"
 RESPONSES = ROOT / "examples" / "responses" / "pick_card.yaml"
 
 #: every module an extra brings: none may be needed to author, compile, run or serve
-BLOCKED = ("redis", "pydantic_monty", "distributed", "dask")
+BLOCKED = ("redis", "pydantic_monty", "distributed", "dask", "opentelemetry.sdk")
 
 MESSAGES = {
     "redis": "the Redis store needs the redis package: pip install 'branchc[redis]'",
     "handlers": "the Monty result-handler engine needs the pydantic-monty package: pip install 'branchc[handlers]'",
     "dask": "the dask executor needs the distributed package: pip install 'branchc[dask]'",
+    "otel": "exporting traces needs the opentelemetry-sdk package: pip install 'branchc[otel]'",
 }
 
 
@@ -80,8 +81,9 @@ def env(tmp_path) -> dict[str, str]:
         ("redis", ("redis",), ["runs", "list", "--store", "redis://127.0.0.1:6379/0"]),
         ("handlers", ("pydantic_monty",), ["serve", str(TOOL), "--result-handlers"]),
         ("dask", ("distributed", "dask"), ["serve", str(TOOL), "--executor", "dask://127.0.0.1:8786"]),
+        ("otel", ("opentelemetry.sdk",), ["serve", str(TOOL), "--otel"]),
     ],
-    ids=["serve-store", "serve-http-rediss", "runs-store", "result-handlers", "executor"],
+    ids=["serve-store", "serve-http-rediss", "runs-store", "result-handlers", "executor", "otel"],
 )
 def test_the_cli_names_the_missing_extra(extra, blocked, args, env):
     done = run(cli(blocked), *args, env=env)
@@ -242,6 +244,7 @@ CORE = {
     "mcp_types": "mcp-types",
     "msgspec": "msgspec",
     "networkx": "networkx",
+    "opentelemetry": "opentelemetry-api",
     "pydantic": "pydantic",
     "pydantic_core": "pydantic",  # pydantic's own core, pinned by it
     "pydantic_settings": "pydantic-settings",
@@ -257,6 +260,7 @@ OPTIONAL = {
     "pydantic_monty": ("handlers", "pydantic-monty"),
     "distributed": ("dask", "distributed"),
     "dask": ("dask", "distributed"),
+    "opentelemetry.sdk": ("otel", "opentelemetry-sdk"),
 }
 
 
@@ -286,7 +290,7 @@ def test_the_core_install_leaves_out_what_the_extras_bring():
     project = _project()
     core = {_name(r) for r in project["dependencies"]}
     extras = project["optional-dependencies"]
-    assert not core & {"redis", "pydantic-monty", "distributed", "dask"}
+    assert not core & {"redis", "pydantic-monty", "distributed", "dask", "opentelemetry-sdk"}
     assert set(CORE.values()) <= core
     for extra, distribution in OPTIONAL.values():
         assert distribution in _closure(extras, extra)

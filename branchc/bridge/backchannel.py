@@ -11,6 +11,7 @@ a run's cleanup never waits on a client that is not there; `answer_timeout` boun
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Awaitable
 from typing import Any
@@ -19,6 +20,7 @@ import anyio
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from ..runtime import tracing
 from ..runtime.client import ElicitRequest, SampleRequest
 from ..runtime.errors import BranchcError
 from ..runtime.messages import SampleResult
@@ -64,13 +66,21 @@ class BackchannelClient:
         if self.provider is not None:
             return await self.provider.sample(request)
         params = sample_params(request, tools_supported=self.sampling_tools)
-        result = await self._answered("sample", create_message(self.ctx.session, params, self.ctx.request_id))
+        messages = params.get("messages") or []
+        with tracing.span("branchc.sample", branchc__messages=len(messages), branchc__tool=self.tool) as current:
+            if tracing.CONTENT:
+                current.set_attribute("branchc.prompt", json.dumps(messages[-1:], default=str)[:4096])
+            result = await self._answered("sample", create_message(self.ctx.session, params, self.ctx.request_id))
         return sample_result(result, request)  # judged as the 2026-07-28 era judges an answer
 
     async def elicit(self, request: ElicitRequest) -> dict[str, Any]:
         schema = form_schema(request.requested_schema, request.requested_schema.get("title", request.key))
         asked = self.ctx.session.elicit_form(request.message, schema, related_request_id=self.ctx.request_id)
-        result = await self._answered(f"elicitation {request.key!r}", asked)
+        with tracing.span("branchc.elicit", branchc__key=request.key, branchc__tool=self.tool) as current:
+            result = await self._answered(f"elicitation {request.key!r}", asked)
+            current.set_attribute("branchc.action", result.action)
+            if tracing.CONTENT:
+                current.set_attribute("branchc.content", json.dumps(result.content, default=str)[:4096])
         return {"action": result.action, "content": result.content}
 
     async def log(self, level: str, message: str) -> None:

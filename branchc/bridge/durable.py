@@ -54,11 +54,13 @@ import anyio
 import anyio.to_thread
 import mcp.types as types
 from mcp.server import ServerRequestContext
+from opentelemetry import trace
 from pydantic import BaseModel
 
 from ..continuation.codec.common import saved_module
 from ..continuation.generator import suspended_at
 from ..continuation.registry import meta_of
+from ..runtime import tracing
 from ..runtime.builds import build_id, keep_build, load_run_or_kept, reading_kept, saved_build_of
 from ..runtime.machine import Machine
 from ..runtime.runstate import RunStateError, dump_run
@@ -158,7 +160,8 @@ async def store_io(fn: Any, *args: Any, **kwargs: Any) -> Any:
     global _limiter
     if _limiter is None:
         _limiter = anyio.CapacityLimiter(STORE_THREADS)
-    return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=_limiter)
+    with tracing.span(f"branchc.store {getattr(fn, '__name__', 'call').lstrip('_')}"):
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=_limiter)
 
 
 # -- what a record says about its run --------------------------------------------------------------------
@@ -400,6 +403,19 @@ def _parse_ref(state: str) -> tuple[str, int, int]:
     return run_id, number, version
 
 
+def _round_span(record: RunRecord, number: int) -> Any:
+    """The span of round `number` of the run: in the run's trace (its first round's, kept in the record), linked to
+    the request that carries it (runtime/tracing.py)."""
+    context, links = tracing.continued(record.meta.extra.get("trace"))
+    attributes = {
+        "branchc.tool": record.tool,
+        "branchc.round": number,
+        "branchc.era": ERA,
+        "branchc.run_id": record.run_id,
+    }
+    return tracing.span("branchc.round", context=context, links=links, **attributes)
+
+
 class DurableRounds:
     """The 2026-07-28 era's rounds over `store`: records live `ttl` seconds past their last round; a
     round claimed longer than `lease` seconds ago is taken over; a retry of a round being answered waits
@@ -488,7 +504,10 @@ class DurableRounds:
                 record = RunRecord.new(tool.name, dump_run(handoff, machine), ttl=self.ttl, owner=owner)
                 ref = _ref(record.run_id, 1, record.version)
                 response = types.InputRequiredResult(input_requests=asked, request_state=ref)
-                meta = run_meta(ERA, tool, machine, extra={"round": 1, "asked_at": record.version})
+                # the round's span context: the run's later rounds continue its trace (runtime/tracing.py)
+                extra = {"round": 1, "asked_at": record.version, "trace": tracing.kept_context()}
+                meta = run_meta(ERA, tool, machine, extra=extra)
+                trace.get_current_span().set_attribute("branchc.run_id", record.run_id)
 
                 def create() -> RunRecord:
                     if self.caps is not None:  # past a cap: the run is halted, its cleanup runs once
@@ -500,9 +519,10 @@ class DurableRounds:
                 return response
 
             kept: list[tuple[tuple[str, int], RunRecord]] = []
-            return await guarded(
-                start_run(bridge, ctx, tool, model), first, bridge, ctx, tool, keep_as=lambda _: kept[-1]
-            )
+            with tracing.span("branchc.round", branchc__tool=tool.name, branchc__round=0, branchc__era=ERA):
+                return await guarded(
+                    start_run(bridge, ctx, tool, model), first, bridge, ctx, tool, keep_as=lambda _: kept[-1]
+                )
         try:
             run_id, number, version = _parse_ref(params.request_state)
             return await self._continue(bridge, ctx, tool, run_id, number, version, params.input_responses or {})
@@ -548,7 +568,8 @@ class DurableRounds:
                     f"{extra['held'].get('host')}); it goes on there"
                 )
             if record.status == "waiting" and extra.get("round") == number:
-                outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest, claimed)
+                with _round_span(record, number):
+                    outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest, claimed)
                 if outcome is not None:
                     return outcome
                 continue  # another replica claimed it first: see what it did
@@ -561,7 +582,8 @@ class DurableRounds:
                 if time.time() - float(claim.get("at", 0)) > self.lease or (
                     claim.get("pid") and holder_alive(claim) is False
                 ):
-                    outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
+                    with _round_span(record, number):
+                        outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
                     if outcome is not None:
                         return outcome
                     continue
@@ -741,7 +763,12 @@ class DurableRounds:
                 machine,
                 answers_digest=digest,
                 # the version this write gives the record, which the next round's reference names
-                extra={"round": number + 1, "answered": number, "asked_at": claimed.version + 1},
+                extra={
+                    "round": number + 1,
+                    "answered": number,
+                    "asked_at": claimed.version + 1,
+                    "trace": record.meta.extra.get("trace") or {},
+                },
             )
             text = dump_run(handoff, machine)
             expires = time.time() + self.ttl

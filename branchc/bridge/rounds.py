@@ -27,8 +27,10 @@ import anyio
 import mcp.types as types
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
+from opentelemetry import trace
 from pydantic import BaseModel
 
+from ..runtime import tracing
 from ..runtime.driver import advance, server_phase
 from ..runtime.errors import BranchcError, ClientAnswerError, MissingCapabilityError, ToolPhaseError
 from ..runtime.jsondata import check_phase_data
@@ -70,9 +72,10 @@ async def run_round(
     if params.request_state is None:
         if params.input_responses:
             return error_result("input_responses came without the request_state of the round they answer")
-        return await guarded(
-            start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool, keep_as=_state_of
-        )
+        with tracing.span("branchc.round", branchc__tool=tool.name, branchc__round=0, branchc__era="2026-07-28"):
+            return await guarded(
+                start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool, keep_as=_state_of
+            )
 
     async def restored() -> tuple[Any, Machine]:
         warm = bridge_warm(bridge)
@@ -94,7 +97,8 @@ async def run_round(
             feed(machine, answers)
         return handoff, machine
 
-    return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool, resumable=True, keep_as=_state_of)
+    with tracing.span("branchc.round", branchc__tool=tool.name, branchc__era="2026-07-28"):
+        return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool, resumable=True, keep_as=_state_of)
 
 
 def bridge_warm(bridge: Any) -> WarmRuns | None:
@@ -179,8 +183,10 @@ async def guarded(
             check_phase_data(result, "result", "after", tool.after_fn)
         result = tool.check_output(result)
     except (AnswerError, RunStateError, MissingCapabilityError) as error:
+        tracing.failed(trace.get_current_span(), error)
         return error_result(_noted(str(error), error))
     except BranchcError as error:
+        tracing.failed(trace.get_current_span(), error.__cause__ or error)  # the tool's own error, where it was raised
         return error_result(_noted(describe_failure(error), error))
     return result_of(result)
 

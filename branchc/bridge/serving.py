@@ -38,7 +38,11 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
     token_verifier = verifier(settings) if settings.http is not None else None
     warning = check_exposure(settings, token_verifier)
     tools = load_served_tools(path, guided=settings.guided)
-    store = executor = engine = None
+    store = executor = engine = tracer = None
+    if settings.otel:
+        from .telemetry import configure_tracing
+
+        tracer = configure_tracing(content=settings.trace_content)
     try:
         keys = settings.key_ring()  # one ring seals request_state, the store's records and the workers' steps
         history = None if settings.history == "all" else settings.history
@@ -78,6 +82,8 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
         anyio.run(functools.partial(serving, serve_http, server, settings, token_verifier))
     finally:
         _close(store, executor)
+        if tracer is not None:
+            tracer.shutdown()  # what is still batched goes out
 
 
 def _close(store: Any, executor: Any) -> None:

@@ -147,6 +147,13 @@ class ServeSettings(BaseSettings):
     """With --handler-engine cpython where bubblewrap cannot run: run handlers with resource limits only, in no
     sandbox. Only for handlers you trust."""
 
+    # -- operating ------------------------------------------------------------------------------------------
+    otel: bool = False
+    """Export OpenTelemetry traces, set up by the standard OTEL_* variables (OTEL_TRACES_EXPORTER=console prints
+    them on stderr); pip install 'branchc[otel]'."""
+    trace_content: bool = False
+    """With --otel: spans may hold what users and models wrote (prompts, answers, sampled text); else sizes only."""
+
     @field_validator("history")
     @classmethod
     def _history(cls, value: str) -> str:
@@ -250,6 +257,7 @@ _GROUPS = {
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",
     "Where work runs": "executor result_handlers handler_engine unsafe_handlers",
+    "Operating": "otel trace_content",
 }
 #: The help panel of each flag of `branchc serve` (the rest go under "Options").
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names.split()}

@@ -1,0 +1,165 @@
+"""OpenTelemetry traces (issue 24): branchc's spans beneath the SDK's, one trace per run across rounds and replicas.
+
+The spans are taken by the OTel SDK's in-memory exporter, installed once for this process (OpenTelemetry takes one
+tracer provider per process); it holds only what each test makes while it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+from mcp import Client
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_durable_rounds import MODERN, NAME, TOOL_FILE, answer_all, args, call, expected, final, server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("state_key_in_env")]
+
+
+class _While(SpanProcessor):
+    """Passes spans on only while a test of this module runs (the provider outlives it)."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self.inner, self.on = inner, False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.on:
+            self.inner.on_end(span)
+
+
+_EXPORTER = InMemorySpanExporter()
+_GATE = _While(SimpleSpanProcessor(_EXPORTER))
+
+
+@pytest.fixture
+def spans() -> Any:
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(_GATE)
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    _GATE.on = True
+    yield _EXPORTER
+    _GATE.on = False
+    _EXPORTER.clear()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def tools(tmp_path, monkeypatch):
+    from branchc.bridge.loading import load_served_tools
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    return load_served_tools(TOOL_FILE)
+
+
+def named(spans: Any, name: str) -> list[ReadableSpan]:
+    return [span for span in spans.get_finished_spans() if span.name == name]
+
+
+async def test_a_run_across_two_replicas_is_one_trace(spans, tools, tmp_path) -> None:
+    """Three answers, four rounds, taken in turn by two servers over one SQLite file: the rounds are one trace, each
+    later round a child of the first, linked to the request (a trace of its own) that carried it."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    arguments = args(3, tmp_path / "log.txt")
+    async with Client(server(tools, url), **MODERN) as one, Client(server(tools, url), **MODERN) as other:
+        sessions = [one.session, other.session]
+        result, state, responses, count = None, None, None, 0
+        while True:
+            result = await call(sessions[count % 2], arguments, state, responses)
+            count += 1
+            if isinstance(result, types.InputRequiredResult):
+                state, responses = result.request_state, await answer_all(result)
+                continue
+            break
+    assert final(result) == expected(3) and count == 4
+    rounds = sorted(named(spans, "branchc.round"), key=lambda span: span.start_time)
+    requests = {span.context.span_id: span for span in spans.get_finished_spans() if span.name == f"tools/call {NAME}"}
+    assert len(rounds) == 4 and len(requests) == 4
+    first = rounds[0]
+    assert {span.context.trace_id for span in rounds} == {first.context.trace_id}  # one trace
+    assert first.parent is not None and first.parent.span_id in requests  # beneath its request's span
+    run = first.attributes["branchc.run_id"]
+    for number, later in enumerate(rounds[1:], 1):
+        assert later.parent.span_id == first.context.span_id  # the run's trace, continued
+        assert later.attributes["branchc.round"] == number and later.attributes["branchc.run_id"] == run
+        (link,) = later.links
+        request = requests[link.context.span_id]  # linked to the request that carried it, in a trace of its own
+        assert request.context.trace_id == link.context.trace_id != first.context.trace_id
+    stored = [span for span in spans.get_finished_spans() if span.name.startswith("branchc.store ") and span.parent]
+    for round_ in rounds:  # each round writes what it did to the store, inside its span
+        assert any(span.parent.span_id == round_.context.span_id for span in stored), round_.attributes
+
+
+async def test_a_failed_round_carries_the_error_and_the_source_line(spans, tools, tmp_path) -> None:
+    folder = tmp_path / "log-is-a-folder"
+    folder.mkdir()  # the tool's note() cannot open it: the round after the first answer fails there
+    async with Client(server(tools, f"sqlite:///{tmp_path / 'runs.db'}"), **MODERN) as client:
+        asked = await call(client.session, args(2, folder))
+        failed = await call(client.session, args(2, folder), asked.request_state, await answer_all(asked))
+    assert failed.is_error
+    (round_,) = [span for span in named(spans, "branchc.round") if span.attributes.get("branchc.round") == 1]
+    assert round_.status.status_code.name == "ERROR" and "IsADirectoryError" in round_.status.description
+    source = TOOL_FILE.read_text().splitlines()
+    line = next(n for n, text in enumerate(source, 1) if 'with open(log, "a"' in text)
+    assert round_.attributes["code.filepath"] == str(TOOL_FILE) and round_.attributes["code.lineno"] == line
+    assert round_.attributes["error.type"] == "IsADirectoryError"
+    (event,) = [event for event in round_.events if event.name == "exception"]
+    assert event.attributes["exception.type"] == "IsADirectoryError"
+
+
+async def test_handshake_era_effects_are_spans_with_the_wait_on_the_client(spans, tools, tmp_path) -> None:
+    """In the handshake era a sample and a form are each a span: its key, sizes, and how long the client took; what
+    was said is left out."""
+    callbacks = {key: value for key, value in MODERN.items() if key != "mode"}
+    async with Client(server(tools, None), mode="legacy", **callbacks) as client:
+        result = await client.session.call_tool(NAME, args(2, tmp_path / "log.txt"))
+    assert not result.is_error, result
+    (sample,) = named(spans, "branchc.sample")
+    (form,) = named(spans, "branchc.elicit")
+    request = next(span for span in spans.get_finished_spans() if span.name == f"tools/call {NAME}")
+    assert sample.context.trace_id == form.context.trace_id == request.context.trace_id
+    assert sample.attributes["branchc.messages"] == 1 and "branchc.prompt" not in sample.attributes
+    assert form.attributes["branchc.key"] == "number" and form.attributes["branchc.action"] == "accept"
+    assert "branchc.content" not in form.attributes
+    assert form.end_time > form.start_time
+
+
+def test_serve_otel_prints_spans_on_stderr_with_the_console_exporter(tmp_path) -> None:
+    """`branchc serve --otel` over stdio, driven by the SDK's client; OTEL_TRACES_EXPORTER=console."""
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import anyio, os, sys\n"
+        "from mcp import Client\n"
+        "from mcp.client.stdio import StdioServerParameters\n"
+        "async def main():\n"
+        "    server = StdioServerParameters(command=sys.executable, args=['-m', 'branchc', 'serve', sys.argv[1], "
+        "'--otel'], env=dict(os.environ))\n"
+        "    async with Client(server) as client:\n"
+        "        await client.session.call_tool('pick_card', {})\n"
+        "anyio.run(main)\n"
+    )
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console", "BRANCHC_CACHE": str(tmp_path / "cache")}
+    tool = Path(__file__).resolve().parent.parent / "examples" / "tools" / "pick_card.py"
+    command = [sys.executable, str(script), str(tool)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert '"name": "tools/call pick_card"' in done.stderr, done.stderr[-2000:]
+    assert '"service.name": "branchc"' in done.stderr
+    env["OTEL_TRACES_EXPORTER"] = "zipkin"  # not one branchc sets up: a clear error, before serving
+    refused = subprocess.run(
+        [sys.executable, "-m", "branchc", "serve", str(tool), "--otel"], env=env, capture_output=True, text=True
+    )
+    assert refused.returncode == 1 and "OTEL_TRACES_EXPORTER: 'zipkin' is not an exporter" in refused.stderr
