@@ -24,7 +24,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, StatusCode
 
-__all__ = ["CONTENT", "TRACER", "continued", "failed", "kept_context", "span"]
+__all__ = ["CONTENT", "TRACER", "continued", "failed", "kept_context", "recording", "span"]
 
 TRACER = trace.get_tracer("branchc")
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # branchc's own frames
@@ -38,6 +38,9 @@ def span(
 ) -> Iterator[Span]:
     """A span of branchc's own work, current while inside; an exception escaping it is recorded on it (with the
     place it was raised), and raised on."""
+    if not recording():  # nothing would record it: no span at all (a no-op span still costs a few us)
+        yield trace.INVALID_SPAN
+        return
     shown = {key.replace("__", "."): value for key, value in attributes.items() if value is not None}
     with TRACER.start_as_current_span(
         name, context=context, links=links, attributes=shown, record_exception=False, set_status_on_exception=False
@@ -47,6 +50,18 @@ def span(
         except BaseException as error:
             failed(current, error)
             raise
+
+
+_RECORDING = False
+
+
+def recording() -> bool:
+    """Whether a tracer provider is set for this process (`serve --otel`, or a test's): until then no span
+    records anything. Once set, it stays."""
+    global _RECORDING
+    if not _RECORDING and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        _RECORDING = True
+    return _RECORDING
 
 
 def failed(current: Span, error: BaseException) -> None:
@@ -78,6 +93,8 @@ def kept_context() -> dict[str, str]:
 def continued(kept: Any) -> tuple[Context | None, list[Link]]:
     """(the context a later round's span continues: the run's, from its record; the links to give it: the request
     that carries the round). A record without a kept context continues the request's own trace."""
+    if not kept or not recording():
+        return None, []
     request = trace.get_current_span().get_span_context()
     links = [Link(request)] if request.is_valid else []
     if not isinstance(kept, Mapping) or not all(type(k) is str and type(v) is str for k, v in kept.items()):
