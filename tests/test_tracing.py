@@ -163,3 +163,77 @@ def test_serve_otel_prints_spans_on_stderr_with_the_console_exporter(tmp_path) -
         [sys.executable, "-m", "branchc", "serve", str(tool), "--otel"], env=env, capture_output=True, text=True
     )
     assert refused.returncode == 1 and "OTEL_TRACES_EXPORTER: 'zipkin' is not an exporter" in refused.stderr
+
+
+async def test_branch_steps_on_an_executor_are_spans_from_submission_to_outcome(spans, tmp_path, monkeypatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from _runtime_support import EchoClient
+
+    from branchc import run_tool
+    from branchc.bridge.loading import load_served_tools
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    executor_tools = load_served_tools(Path(__file__).resolve().parent / "servers" / "executor_tools.py")
+    client = EchoClient(elicit_answers=[{"action": "accept", "content": {"word": "w"}}])
+    with ThreadPoolExecutor(2) as pool:
+        await run_tool(executor_tools["fanout"], {"marker": str(tmp_path / "marker")}, client, executor=pool)
+    steps = named(spans, "branchc.step")
+    # stepped by a worker, or (a sibling halted by a failing branch: tests/servers/executor_tools.py) dropped
+    assert sorted({span.attributes["branchc.where"] for span in steps}) == ["dropped", "worker"]
+    assert all("(branch 0." in span.attributes["branchc.branch"] for span in steps)
+    assert all(span.end_time > span.start_time for span in steps)
+
+
+async def test_a_result_handler_is_a_span_and_its_failure_an_error_on_it(spans) -> None:
+    from mcp.server import MCPServer
+
+    from branchc.bridge.handlers.monty import MontyEngine
+    from branchc.bridge.handlers.wrap import add_result_handlers
+
+    server = MCPServer("plain")
+
+    @server.tool(structured_output=False)
+    def words() -> str:
+        """Some words."""
+        return "a b c"
+
+    engine = MontyEngine()
+    add_result_handlers(server, engine)
+    try:
+        async with Client(server, mode="2026-07-28") as client:
+            done = await client.call_tool(
+                "words", {"result_handler": {"language": "python", "script": "len(tool_output)"}}
+            )
+            bad = await client.call_tool("words", {"result_handler": {"language": "python", "script": "1 / 0"}})
+    finally:
+        await engine.aclose()
+    assert not done.is_error and bad.is_error
+    ran, failed = sorted(named(spans, "branchc.result_handler"), key=lambda span: span.start_time)
+    assert ran.attributes["branchc.engine"] == "monty" and ran.attributes["branchc.tool"] == "words"
+    assert ran.status.status_code.name == "UNSET" and failed.status.status_code.name == "ERROR"
+    assert "ZeroDivisionError" in failed.status.description
+
+
+async def test_a_handshake_run_shows_its_branches_as_children_of_its_request(spans, tmp_path, monkeypatch) -> None:
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    executor_tools = load_served_tools(Path(__file__).resolve().parent / "servers" / "executor_tools.py")
+
+    async def sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="x"))
+
+    async def elicitation(ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"word": "w"})
+
+    server = create_server({"fanout": executor_tools["fanout"]})
+    async with Client(server, mode="legacy", sampling_callback=sampling, elicitation_callback=elicitation) as client:
+        result = await client.session.call_tool("fanout", {"marker": str(tmp_path / "marker")})
+    assert not result.is_error, result
+    (request,) = [span for span in spans.get_finished_spans() if span.name == "tools/call fanout"]
+    branches = named(spans, "branchc.branch")
+    assert len(branches) >= 2 and {span.attributes["branchc.branch"] for span in branches} >= {"0.1", "0.2"}
+    assert all(span.parent.span_id == request.context.span_id for span in branches)
+    assert all(span.context.trace_id == request.context.trace_id for span in branches)

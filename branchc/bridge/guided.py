@@ -51,6 +51,7 @@ import mcp.types as types
 from mcp.server import ServerRequestContext
 from pydantic import BaseModel, ValidationError
 
+from ..runtime import tracing
 from ..runtime.builds import load_run_or_kept
 from ..runtime.errors import BranchcError, format_validation_errors
 from ..runtime.machine import Machine, Request
@@ -324,7 +325,8 @@ class GuidedRuns:
         async def ask_new(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
             return await self._ask(ctx, handoff, machine, guide, new=True)
 
-        return await guarded(start_run(bridge, ctx, tool, model, check=False), ask_new, bridge, ctx, tool)
+        with tracing.span("branchc.round", branchc__tool=tool.name, branchc__round=0, branchc__era="guided"):
+            return await guarded(start_run(bridge, ctx, tool, model, check=False), ask_new, bridge, ctx, tool)
 
     async def resume(
         self, bridge: Any, ctx: ServerRequestContext, arguments: dict[str, Any] | None, guide: Guide | None = None
@@ -382,10 +384,11 @@ class GuidedRuns:
             return await self._ask(ctx, handoff, machine, guide, taken=ident)  # keep() takes the place over, or ends it
 
         try:
-            if build is None:
-                return await guarded(restored(), ask_again, bridge, ctx, tool)
-            with build.reading():
-                return await guarded(restored(), ask_again, bridge, ctx, tool)
+            with tracing.span("branchc.round", branchc__tool=tool.name, branchc__era="guided"):
+                if build is None:
+                    return await guarded(restored(), ask_again, bridge, ctx, tool)
+                with build.reading():
+                    return await guarded(restored(), ask_again, bridge, ctx, tool)
         finally:
             if not settled:  # put back, the id may already be taken again, by another round: not ours to end
                 with anyio.CancelScope(shield=True):

@@ -41,7 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ..continuation.generator import is_compiled, release, suspended_at
-from . import steps
+from . import steps, tracing
 from .client import ElicitAnswer, ElicitRequest, SampleRequest
 from .context import BranchState, Context, TokenAccount
 from .effects import All, Branch, Elicit, Log, Notify, Sample
@@ -113,6 +113,10 @@ class Machine:
         self.limits = limits
         self.emit = emit or (lambda event, branch=None, **data: None)
         self.observed = emit is not None  # then each suspension is reported too, for traces
+        self.spans: tracing.BranchSpans | None = None  # each sub-branch a span while traces record (tracing.py)
+        if tracing.recording():
+            self.spans = tracing.BranchSpans(self.emit)
+            self.emit = self.spans.emit
         self.samples = 0
         self.elicits = 0
         self.groups_made = 0
@@ -166,6 +170,8 @@ class Machine:
                 f"saved copy); {native[0]!r} is not compiled: halt() the run instead"
             )
         self.released = True
+        if self.spans is not None:
+            self.spans.close("suspended")  # its branches go on from the saved copy; their spans end here
         self.branches, self.groups, self.requests = {}, {}, {}
         self.ready.clear()
         self.outbox.clear()

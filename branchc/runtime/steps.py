@@ -59,6 +59,7 @@ from ..continuation.errors import NotSerializableError, SnapshotDataError, Snaps
 from ..continuation.generator import is_compiled, release, release_reachable
 from ..continuation.registry import meta_of
 from ..continuation.snapshots import VERSION, check_version, decode_graph, encode_graph
+from . import tracing
 from .context import BranchState, Context, TokenAccount
 from .effects import All, Branch, Elicit, Log, Notify, Sample
 from .errors import BranchcError
@@ -317,6 +318,7 @@ class _Sent:
     paths: tuple[str, ...]
     step: int
     expected: bytes  # the header its outcome must have
+    span: Any = None  # its `branchc.step` span, from submission to outcome (tracing.py), while traces record
 
 
 class Shipment:
@@ -351,10 +353,30 @@ class Shipment:
         identity = _identity(self.tool, self.run, ident, step, secrets.token_hex(16))
         message = _seal(self.secret, _REQUEST + identity, body)
         name = f"{state.name} (branch {ident})"
-        self.sent[ident] = _Sent(message, self._submit(message, paths), 1, name, paths, step, _OUTCOME + identity)
+        sent = _Sent(message, self._submit(message, paths), 1, name, paths, step, _OUTCOME + identity)
+        if tracing.recording():
+            attributes = {"branchc.branch": name, "branchc.request_bytes": len(message)}
+            sent.span = tracing.TRACER.start_span("branchc.step", attributes=attributes)
+        self.sent[ident] = sent
         return True
 
     def take(self, ident: str, state: BranchState, original: Any) -> tuple[Any, str, Any] | None:
+        """`_take`, ending the step's span (tracing.py) with what came of it."""
+        span = self.sent[ident].span
+        if span is None:
+            return self._take(ident, state, original)
+        try:
+            outcome = self._take(ident, state, original)
+        except BaseException as error:
+            tracing.failed(span, error)
+            raise
+        else:
+            span.set_attribute("branchc.where", "here" if outcome is None else "worker")
+            return outcome
+        finally:
+            span.end()
+
+    def _take(self, ident: str, state: BranchState, original: Any) -> tuple[Any, str, Any] | None:
         """(generator, kind, value) of this branch's step, from its worker's answer (waited for), for
         the branch whose state is `state` and generator `original`; the generator's Context is the
         branch's own. None when the step must run in this process instead (the warning says why).
@@ -425,6 +447,9 @@ class Shipment:
         entry = self.sent.pop(ident, None)
         if entry is not None:
             entry.future.cancel()
+            if entry.span is not None:
+                entry.span.set_attribute("branchc.where", "dropped")
+                entry.span.end()
 
     def close(self) -> None:
         for ident in list(self.sent):

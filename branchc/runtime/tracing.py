@@ -24,7 +24,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, StatusCode
 
-__all__ = ["CONTENT", "TRACER", "continued", "failed", "kept_context", "recording", "span"]
+__all__ = ["CONTENT", "TRACER", "BranchSpans", "continued", "failed", "kept_context", "recording", "span"]
 
 TRACER = trace.get_tracer("branchc")
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # branchc's own frames
@@ -103,3 +103,31 @@ def continued(kept: Any) -> tuple[Context | None, list[Link]]:
     if not trace.get_current_span(context).get_span_context().is_valid:
         return None, []
     return context, links
+
+
+class BranchSpans:
+    """A run machine's sub-branches as spans, children of the span current when each starts (its round's, its
+    request's): it listens to the machine's "branch" and "branch_end" events, passing each on to `inner`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.open: dict[str, Span] = {}
+
+    def emit(self, event: str, branch: Any = None, **data: Any) -> None:
+        if event == "branch":
+            attributes = {"branchc.branch": branch.id, "branchc.name": branch.name, "branchc.depth": branch.depth}
+            self.open[branch.id] = TRACER.start_span("branchc.branch", attributes=attributes)
+        elif event == "branch_end":
+            span = self.open.pop(getattr(branch, "id", None), None)
+            if span is not None:
+                if "error" in data:
+                    span.set_status(StatusCode.ERROR, str(data["error"]))
+                span.end()
+        self.inner(event, branch, **data)
+
+    def close(self, why: str) -> None:
+        """End the spans of branches that go on elsewhere (the machine was saved and let go of)."""
+        for span in self.open.values():
+            span.set_attribute("branchc.ended", why)
+            span.end()
+        self.open.clear()

@@ -20,6 +20,7 @@ import mcp.types as types
 from mcp.server import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ...runtime import tracing
 from ...runtime.errors import format_validation_errors
 from ..mounting import lowlevel_server
 from .chaining import ChainedCalls, render_wrappers
@@ -211,17 +212,20 @@ class ResultHandlers:
                 return tool_output(inner)
 
             calls = ChainedCalls(dict(schemas), chained, self.limits.tool_calls)
-        try:
-            value = await self.engine.run(
-                handler.source,
-                tool_output(result),
-                arguments,
-                limits=self.limits,
-                tools=dict(schemas) if calls is not None else None,
-                call=calls,
-            )
-        except HandlerError as error:
-            return _error(f"{PARAMETER} failed ({self.engine.name}): {error}")
+        attributes = {"branchc.engine": self.engine.name, "branchc.tool": params.name}
+        with tracing.span("branchc.result_handler", **attributes, branchc__script_bytes=len(handler.source)) as current:
+            try:
+                value = await self.engine.run(
+                    handler.source,
+                    tool_output(result),
+                    arguments,
+                    limits=self.limits,
+                    tools=dict(schemas) if calls is not None else None,
+                    call=calls,
+                )
+            except HandlerError as error:
+                tracing.failed(current, error)
+                return _error(f"{PARAMETER} failed ({self.engine.name}): {error}")
         raw_bytes = _size(result)
         text = json.dumps(value, ensure_ascii=False)
         note = f"[{PARAMETER}: {len(text.encode())} bytes of result from {raw_bytes} bytes of raw tool output]"
