@@ -980,7 +980,7 @@ def runs_gc(
             for ident in store.expired(limit=BATCH):
                 record = store.load(ident, expired=True)
                 swept.left.append(Left(ident, record.tool if record is not None else "", reason))
-        dropped = drop_unused_builds(_builds_named(store))
+        dropped = drop_unused_builds(_builds_named(store), store=store.url)
     failures = [done for done in swept.ended if done.cleanup_error is not None]
     if as_json:
         ended = [
@@ -1138,7 +1138,7 @@ def compat(
             records = store.list(status="waiting", limit=10**9)
         here = kept_builds()  # a run whose own build is kept here finishes on it (runtime/builds.py)
         waits = [
-            (r.tool, w.function, w.point, r.meta.extra.get("build") in here) for r in records for w in r.meta.waits
+            (r.tool, w.function, w.point, str(r.meta.extra.get("build")) in here) for r in records for w in r.meta.waits
         ]
         lines = with_waiting(lines, [w[:3] for w in waits], [w[:3] for w in waits if w[3]])
     stranded = [

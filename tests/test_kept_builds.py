@@ -30,6 +30,7 @@ from branchc.runtime.builds import (
     kept_build,
     kept_builds,
     load_run_or_kept,
+    served_with,
 )
 from branchc.runtime.compiled import import_build
 from branchc.runtime.machine import Machine
@@ -267,6 +268,20 @@ def test_unused_builds_are_dropped_and_used_or_recent_ones_kept(isolated) -> Non
     assert drop_unused_builds({idents[0]}) == [idents[1]]  # named by a run: kept; new: kept
     assert sorted(kept_builds()) == sorted([idents[0], idents[2]])
     assert fresh.is_dir() and not stale.exists()
+
+
+def test_a_build_another_stores_server_served_is_left_by_this_stores_gc(isolated) -> None:
+    """The cache is the machine's: `runs gc` of store A drops no build a server of store B served, until B's own gc
+    finds none of B's runs naming it."""
+    ident = keep_build(compiled(isolated / "old", TOOL_SOURCE))
+    served_with(ident, "sqlite:///a.db")
+    served_with(ident, "redis://127.0.0.1:6379/0")
+    old = time.time() - KEEP_AT_LEAST - 60
+    os.utime(builds_root() / ident, (old, old))
+    assert drop_unused_builds(set(), store="sqlite:///a.db") == []  # B's server served it
+    assert drop_unused_builds({ident}, store="redis://127.0.0.1:6379/0") == []  # B's runs name it
+    assert drop_unused_builds(set(), store="redis://127.0.0.1:6379/0") == [ident]
+    assert kept_builds() == {}
 
 
 def test_runs_gc_drops_the_kept_builds_no_stored_run_names(isolated) -> None:

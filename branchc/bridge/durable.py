@@ -61,7 +61,7 @@ from ..continuation.codec.common import saved_module
 from ..continuation.generator import suspended_at
 from ..continuation.registry import meta_of
 from ..runtime import tracing
-from ..runtime.builds import build_id, keep_build, load_run_or_kept, reading_kept, saved_build_of
+from ..runtime.builds import build_id, builds_root, keep_build, load_run_or_kept, reading_kept, saved_build_of
 from ..runtime.machine import Machine
 from ..runtime.runstate import RunStateError, dump_run
 from ..runtime.tool import Tool
@@ -184,7 +184,7 @@ def _facts(tool: Tool) -> tuple[str, str]:
         build = kept or (_kept(folder) if folder else "")
         known = _TOOL_FACTS[id(tool)] = (tool, _code_hash(tool), build, folder, time.monotonic())
     elif known[3] and time.monotonic() - known[4] > KEEP_EVERY:
-        _kept(known[3])
+        _kept_again(known[3], known[2])
         known = _TOOL_FACTS[id(tool)] = (*known[:4], time.monotonic())
     return known[1], known[2]
 
@@ -194,13 +194,23 @@ def _kept(folder: Path) -> str:
     goes on (its runs then cannot finish on it after a deploy)."""
     try:
         return keep_build(folder)
-    except (OSError, ValueError, KeyError) as error:
+    except Exception as error:  # a cache it cannot write, a build it cannot read (or parse): serving goes on
         print(f"branchc: the build {folder} cannot be kept in the cache ({error}); after a deploy, its runs can "
               f"only move or migrate", file=sys.stderr, flush=True)  # fmt: skip
         try:
             return build_id(folder)
         except (OSError, ValueError, KeyError):
             return ""
+
+
+def _kept_again(folder: Path, ident: str) -> None:
+    """Keep the served build `ident` again (`runs gc` then leaves it): only the code this server imported, never
+    what its folder holds by now (a rebuild in place would be another build, kept by whoever serves it)."""
+    with contextlib.suppress(Exception):
+        if (builds_root() / ident).is_dir():
+            os.utime(builds_root() / ident)
+        elif build_id(folder) == ident:
+            keep_build(folder)  # dropped meanwhile (a `runs gc` elsewhere): kept anew
 
 
 KEEP_EVERY = 600.0
@@ -706,9 +716,14 @@ class DurableRounds:
         loaded = (handoff, machine, live, saved_as)
         if build is None:
             return await self._run_claimed(bridge, ctx, tool, record, number, responses, digest, claimed, *loaded)
+        own = build.tools.get(record.tool)
+        if own is None:  # its build has no such tool at module level: nothing of the round ran
+            machine.release()
+            if claimed is not None:
+                await self._put_back(record, claimed)
+            raise RunStateError(f"stored run {record.run_id!r}: the kept build {build.id} has no tool {record.tool!r}")
         with build.reading():  # it finishes on the build that saved it, kept beside this one (runtime/builds.py)
-            tool = build.tools[record.tool]
-            return await self._run_claimed(bridge, ctx, tool, record, number, responses, digest, claimed, *loaded)
+            return await self._run_claimed(bridge, ctx, own, record, number, responses, digest, claimed, *loaded)
 
     async def _run_claimed(
         self,

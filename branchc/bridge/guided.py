@@ -356,6 +356,10 @@ class GuidedRuns:
         except Exception as error:  # raised in the round, whose result says it
             loaded = error
         build = loaded[2] if isinstance(loaded, tuple) else None
+        if build is not None and waiting.tool not in build.tools:  # no such tool at module level there
+            loaded[1].release()
+            loaded = RunStateError(f"the kept build {build.id} that saved it has no tool {waiting.tool!r}")
+            build = None
         if build is not None:
             tool = build.tools[waiting.tool]
 

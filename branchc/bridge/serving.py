@@ -7,6 +7,7 @@ BranchcError whose message names the flag and the fix (the CLI prints it as one 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import sys
@@ -51,6 +52,7 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
             executor = open_executor(spec, key=keys.secrets[0])
         except ExecutorSpecError as error:
             raise SettingsError(f"--executor {spec}: {error}") from None
+        _keep_builds(tools, store)
         server = create_server(tools, settings, store=store, executor=executor, keys=keys)
         if settings.result_handlers:
             engine = _handler_engine(settings)
@@ -84,6 +86,18 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
         _close(store, executor)
         if tracer is not None:
             tracer.shutdown()  # what is still batched goes out
+
+
+def _keep_builds(tools: dict[str, Any], store: Any) -> None:
+    """Keep the served builds in the cache now, as imported (runtime/builds.py), noting the store their runs are in:
+    `runs gc` of another store leaves them."""
+    from ..runtime.builds import served_with
+    from .durable import tool_build
+
+    for ident in {tool_build(tool) for tool in tools.values()} - {""}:
+        if store is not None:
+            with contextlib.suppress(OSError):
+                served_with(ident, store.url)
 
 
 def _close(store: Any, executor: Any) -> None:

@@ -48,7 +48,9 @@ def configure_tracing(*, content: bool = False) -> Any:
             raise TelemetryError(
                 f"OTEL_TRACES_EXPORTER: {name!r} is not an exporter branchc sets up; give otlp, console or none"
             )
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "branchc"})
+    resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "branchc"}))
     provider = TracerProvider(resource=resource)
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))

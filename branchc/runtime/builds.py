@@ -49,6 +49,7 @@ __all__ = [
     "load_run_or_kept",
     "reading_kept",
     "saved_build_of",
+    "served_with",
 ]
 
 MANIFEST = "branchc.json"
@@ -123,6 +124,8 @@ def _manifest(folder: Path) -> dict[str, Any]:
 def _imports_kept(text: str, tops: set[str], package: str) -> str:
     """The module `text` with its absolute imports of the build's own modules (`tops`: their first names) made
     imports from `package`, on the same lines."""
+    if not text.endswith("\n"):
+        text += "\n"  # an import on the last line: the lines its padding joins need one after it
     lines = text.encode("utf-8").splitlines(keepends=True)
     edits: list[tuple[int, int, int, int, str]] = []
     for node in ast.walk(ast.parse(text)):
@@ -240,14 +243,34 @@ def kept_builds() -> dict[str, float]:
     return out
 
 
-def drop_unused_builds(used: Iterable[str], *, now: float | None = None) -> list[str]:
-    """Drop the kept builds that no id in `used` names and that were last kept over KEEP_AT_LEAST ago (a server
-    that just started may not have saved a run yet), and what killed processes left half written; the ids dropped."""
+def served_with(ident: str, store: str) -> None:
+    """Note that a server keeps its runs of the kept build `ident` in `store` (its URL): the cache is the machine's,
+    and `drop_unused_builds` for one store must not drop a build the runs of another still need."""
+    users = builds_root() / ident / "stores"
+    users.mkdir(exist_ok=True)
+    (users / _store_mark(store)).write_text(store.split("?", 1)[0] + "\n", encoding="utf-8")
+
+
+def _store_mark(store: str) -> str:
+    return hashlib.sha256(store.split("?", 1)[0].encode()).hexdigest()[:16]
+
+
+def drop_unused_builds(used: Iterable[str], *, store: str | None = None, now: float | None = None) -> list[str]:
+    """Drop the kept builds that no id in `used` (the builds `store`'s runs name) names, that were last kept over
+    KEEP_AT_LEAST ago (a server that just started may not have saved a run yet), and that no other store's server
+    served (`served_with`: this store's note is taken back), and what killed processes left half written; the ids
+    dropped."""
     used, now = set(used), time.time() if now is None else now
     dropped = []
     for ident, kept_at in sorted(kept_builds().items()):
         if ident in used or now - kept_at < KEEP_AT_LEAST or ident in _KEPT:
             continue
+        users = builds_root() / ident / "stores"
+        if store is not None:
+            with contextlib.suppress(OSError):
+                (users / _store_mark(store)).unlink()
+        if users.is_dir() and any(users.iterdir()):
+            continue  # another store's runs may still need it
         shutil.rmtree(builds_root() / ident, ignore_errors=True)
         dropped.append(ident)
     for scratch in builds_root().glob(".*.tmp") if builds_root().is_dir() else ():  # left by a killed process
@@ -264,7 +287,10 @@ def load_run_or_kept(text: str, build: Any, emit: Any = None) -> tuple[Any, Any,
     try:
         return (*load_run(text, emit), None)
     except RunStateError as refused:
-        kept = kept_build(build) if build else None
+        try:
+            kept = kept_build(build) if build else None
+        except RunStateError as broken:  # kept, but it does not import here
+            raise RunStateError(f"{refused}; nor can the build that saved it: {broken}") from None
         if kept is None:
             if type(build) is str and _ID.fullmatch(build):
                 raise RunStateError(

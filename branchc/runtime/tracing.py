@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sysconfig
 import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -27,7 +28,11 @@ from opentelemetry.trace import Link, Span, StatusCode
 __all__ = ["CONTENT", "TRACER", "BranchSpans", "continued", "failed", "kept_context", "recording", "span"]
 
 TRACER = trace.get_tracer("branchc")
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # branchc's own frames
+#: where frames that are not the tool's own code are: branchc's, the standard library's, installed packages'
+_NOT_THE_TOOLS = tuple(
+    {os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep}
+    | {path + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib") if (path := sysconfig.get_path(key))}
+)
 #: whether spans may hold what users and models wrote (`serve --trace-content`)
 CONTENT = False
 
@@ -70,7 +75,7 @@ def failed(current: Span, error: BaseException) -> None:
     if not current.is_recording():
         return
     frames = traceback.extract_tb(error.__traceback__)
-    own = [frame for frame in frames if not frame.filename.startswith(_PACKAGE)] or frames
+    own = [frame for frame in frames if not frame.filename.startswith(_NOT_THE_TOOLS)] or frames
     attributes: dict[str, Any] = {"error.type": type(error).__qualname__}
     if own:
         attributes |= {"code.filepath": own[-1].filename, "code.lineno": own[-1].lineno or 0}
