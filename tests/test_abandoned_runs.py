@@ -295,7 +295,7 @@ def test_two_enders_racing_on_one_expired_run_end_it_once(cache, tmp_path, monke
     race_tools = tmp_path / "tools" / "race_cleanup_tools.py"
     race_tools.parent.mkdir()
     race_tools.write_text(TOOL_FILE.read_text())
-    with serving(cache, log, "--store", url, "--state-ttl", "2", tools=race_tools) as (server_url, process):
+    with serving(cache, log, "--store", url, "--state-ttl", "4", tools=race_tools) as (server_url, process):
         anyio.run(start_and_abandon, server_url, marker)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
