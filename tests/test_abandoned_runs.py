@@ -219,17 +219,23 @@ def test_runs_gc_ends_the_run_of_a_killed_server_once_and_only_with_its_tools(ca
     assert shown["status"] == "expired" and "branchc runs gc" in shown["extra"]["expired"]["by"]
 
 
-def test_runs_gc_leaves_a_run_other_code_cannot_take_and_ends_one_it_can(cache, tmp_path):
-    """`--tools` naming another build than saved the run: a run waiting where that build carries other variables is
-    left, naming the point; where the point is compatible, the run is ended on that build (its finally runs there)."""
+def _left_by_a_killed_server(cache: Path, tmp_path: Path) -> tuple[Path, str, dict[str, Any], Path]:
+    """A run waiting in a SQLite store (3 s to live) whose server was killed: (its marker file, the store's URL, the
+    run as `runs list` shows it, where the tests write the tools' next build)."""
     marker, log, store = tmp_path / "marker.txt", tmp_path / "serve.log", f"sqlite:///{tmp_path / 'runs.db'}"
     with serving(cache, log, "--store", store, "--state-ttl", "3") as (url, process):
         anyio.run(start_and_abandon, url, marker)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-    run = the_run(cache, store)
     changed = tmp_path / "tools" / "cleanup_tools.py"
     changed.parent.mkdir()
+    return marker, store, the_run(cache, store), changed
+
+
+def test_runs_gc_leaves_a_run_other_code_cannot_take_and_ends_one_it_can(cache, tmp_path):
+    """`--tools` naming another build than saved the run: a run waiting where that build carries other variables is
+    left, naming the point; where the point is compatible, the run is ended on that build (its finally runs there)."""
+    marker, store, run, changed = _left_by_a_killed_server(cache, tmp_path)
     changed.write_text(TOOL_FILE.read_text().replace("answers", "collected"))  # carried across every yield
     time.sleep(max(0.0, run["expires"] - time.time()) + 0.2)
     with builds_aside(cache):  # nor is the build that saved it kept here
@@ -263,14 +269,7 @@ def builds_aside(cache: Path) -> Iterator[None]:
 def test_runs_gc_ends_a_run_other_code_cannot_take_on_its_own_kept_build(cache, tmp_path):
     """`--tools` naming a build that cannot take the run: it is ended on the build that saved it, kept in the
     cache, whose finally runs (its mark is the old code's)."""
-    marker, log, store = tmp_path / "marker.txt", tmp_path / "serve.log", f"sqlite:///{tmp_path / 'runs.db'}"
-    with serving(cache, log, "--store", store, "--state-ttl", "3") as (url, process):
-        anyio.run(start_and_abandon, url, marker)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-    run = the_run(cache, store)
-    changed = tmp_path / "tools" / "cleanup_tools.py"
-    changed.parent.mkdir()
+    marker, store, run, changed = _left_by_a_killed_server(cache, tmp_path)
     changed.write_text(
         TOOL_FILE.read_text()
         .replace("answers", "collected")

@@ -437,17 +437,25 @@ async def _workflow_rounds(url: str, rounds: int, state: str | None = None, resp
         return result, responses, asked
 
 
-@pytest.mark.usefixtures("state_key_in_env")
-def test_a_workflow_run_goes_on_at_its_step_after_a_deploy(tmp_path) -> None:
+def _workflow_waiting(tmp_path: Path) -> tuple[Path, str, dict[str, str], tuple[str, str], Any, Any]:
+    """chain_of_thought served from a folder of its own with a store, its run waiting at step `reason` (the
+    problem decomposed): (the workflow file, its text, the servers' environment, the store option, the waiting
+    result, the answers to it)."""
     workflow = tmp_path / "flows" / "chain_of_thought.yaml"
     workflow.parent.mkdir()
     text = (Path(__file__).resolve().parent.parent / "examples" / "workflows" / "chain_of_thought.yaml").read_text()
     workflow.write_text(text)
     env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
     store = ("--store", f"sqlite:///{tmp_path / 'runs.db'}")
-    with http_server(workflow, env, *store) as url:  # the problem decomposed; the reasoning asked
+    with http_server(workflow, env, *store) as url:
         waiting, answers, asked = anyio.run(_workflow_rounds, url, 2)
     assert isinstance(waiting, types.InputRequiredResult) and "Focus on sub-task 1 of 1: a" in asked[-1]
+    return workflow, text, env, store, waiting, answers
+
+
+@pytest.mark.usefixtures("state_key_in_env")
+def test_a_workflow_run_goes_on_at_its_step_after_a_deploy(tmp_path) -> None:
+    workflow, text, env, store, waiting, answers = _workflow_waiting(tmp_path)
     step = "    - id: check\n      instruction: Check the analyses.\n      save: checked\n\n    - id: synthesize\n"
     workflow.write_text(text.replace("    - id: synthesize\n", step))  # a step added after the one that waits
     with http_server(workflow, env, *store) as url:
@@ -459,15 +467,7 @@ def test_a_workflow_run_goes_on_at_its_step_after_a_deploy(tmp_path) -> None:
 
 @pytest.mark.usefixtures("state_key_in_env")
 def test_a_workflow_run_whose_step_is_gone_finishes_on_the_kept_workflow(tmp_path) -> None:
-    workflow = tmp_path / "flows" / "chain_of_thought.yaml"
-    workflow.parent.mkdir()
-    text = (Path(__file__).resolve().parent.parent / "examples" / "workflows" / "chain_of_thought.yaml").read_text()
-    workflow.write_text(text)
-    env = {"BRANCHC_CACHE": str(tmp_path / "cache"), "BRANCHC_STATE_DIR": str(tmp_path / "state")}
-    store = ("--store", f"sqlite:///{tmp_path / 'runs.db'}")
-    with http_server(workflow, env, *store) as url:  # the problem decomposed; the reasoning (step `reason`) asked
-        waiting, answers, asked = anyio.run(_workflow_rounds, url, 2)
-    assert isinstance(waiting, types.InputRequiredResult) and "Focus on sub-task 1 of 1: a" in asked[-1]
+    workflow, text, env, store, waiting, answers = _workflow_waiting(tmp_path)
     # the step the run waits at renamed, the next one reworded: the new workflow cannot take the run
     workflow.write_text(text.replace("id: reason", "id: analyse").replace("Review all previous", "Combine the"))
     with http_server(workflow, env, *store) as url:
