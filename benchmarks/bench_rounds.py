@@ -16,15 +16,23 @@ answers sent back with the last `request_state`). Three servers serve it:
 - **branchc + SQLite**: the same with the default store, a SQLite file: `request_state` is a short run
   reference and each round is checkpointed in the file;
 - **branchc, cold**: as branchc, with the warm runs off (bridge/warm.py): every round loads the run from
-  its `request_state`, as a round that lands on another replica does.
+  its `request_state`, as a round that lands on another replica does;
+- **floor, sealed + commit** (context): the sealed replaying handler that also commits its answers to a
+  SQLite file each round (WAL, synchronous=normal, from a worker thread, as branchc's store does). A
+  continuation must be sealed (its `request_state` is code state, bound to the caller), and a durable one
+  must write each round at least once, so "replay, sealed" is a floor for branchc without a store and this
+  row one for branchc + SQLite: no continuation, however it is encoded, goes below them.
 
 Each is measured in process (the SDK's in-memory transport) and over stdio (a server subprocess:
 `branchc serve`, `--store sqlite:///...`, and the replaying handler as a script). The figure is the
-whole call's wall time divided by its rounds; every configuration runs `--repeat` times, interleaved,
+whole call's wall time divided by its rounds (below N=200, of several calls in one session: about
+200 rounds in all); every configuration runs `--repeat` times, interleaved,
 so drift in the machine's speed hits all alike. Printed: the median [min .. max] ms per round, and
-branchc's ratio to the replaying handler of the same repeat, median [min .. max].
+branchc's ratio to the replaying handler of the same repeat, median [min .. max]. `--clock cpu` times
+in-process calls by this process's CPU time instead (client and server share the process), which other
+processes on a busy machine disturb far less; over stdio the clock is always the wall.
 
-    python benchmarks/bench_rounds.py [--sizes 10 100 1000] [--repeat 3] [--only inproc|stdio]
+    python benchmarks/bench_rounds.py [--sizes 10 100 1000] [--repeat 3] [--only inproc|stdio] [--clock cpu]
 """
 
 from __future__ import annotations
@@ -111,8 +119,31 @@ REPLAY = textwrap.dedent(
         )
 
 
-    def replaying_server(sealed_with=None):
-        server = Server("replay", on_list_tools=list_tools, on_call_tool=call_tool)
+    def committing(call_tool, database):
+        # what a durable engine must do at least: one commit of the round's state, on a worker thread
+        import sqlite3
+
+        connection = sqlite3.connect(database, check_same_thread=False, isolation_level=None)
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA synchronous = normal")
+        connection.execute("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, state TEXT)")
+
+        def commit(state):
+            with connection:
+                connection.execute("INSERT OR REPLACE INTO runs VALUES ('run', ?)", (state,))
+
+        async def committed(ctx, params):
+            result = await call_tool(ctx, params)
+            if isinstance(result, types.InputRequiredResult):
+                await anyio.to_thread.run_sync(commit, result.request_state)
+            return result
+
+        return committed
+
+
+    def replaying_server(sealed_with=None, commit_to=None):
+        handler = call_tool if commit_to is None else committing(call_tool, commit_to)
+        server = Server("replay", on_list_tools=list_tools, on_call_tool=handler)
         if sealed_with is not None:  # as MCPServer does by default: request_state sealed, bound, expiring
             from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 
@@ -127,7 +158,9 @@ REPLAY = textwrap.dedent(
 
         from mcp.server.stdio import stdio_server
 
-        server = replaying_server(os.environ["BRANCHC_STATE_KEY"] if "--sealed" in sys.argv else None)
+        key = os.environ["BRANCHC_STATE_KEY"] if "--sealed" in sys.argv else None
+        commit_to = sys.argv[sys.argv.index("--commit") + 1] if "--commit" in sys.argv else None
+        server = replaying_server(key, commit_to)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
@@ -138,34 +171,42 @@ REPLAY = textwrap.dedent(
 )
 
 STATE_KEY = "k" * 40
-SERVERS = ("replay", "replay, sealed", "branchc", "branchc+sqlite", "branchc, cold")
+SERVERS = ("replay", "replay, sealed", "branchc", "branchc+sqlite", "branchc, cold", "floor, sealed+commit")
 
 
 async def answer(ctx: Any, params: Any) -> types.CreateMessageResult:
     return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
 
 
-async def one_call(target: Any, n: int) -> tuple[float, int]:
-    """(ms per round of one n-round call, bytes of the last request_state) against `target`."""
+def calls_for(n: int) -> int:
+    """Calls of n rounds per measurement: about 200 rounds in all (one call from N=200 up)."""
+    return max(1, 200 // n)
+
+
+async def one_call(target: Any, n: int, clock: Callable[[], float] = time.perf_counter) -> tuple[float, int]:
+    """(ms per round of an n-round call, bytes of the last request_state) against `target`, timed by `clock`:
+    the mean of `calls_for(n)` such calls in one session, so that a short call is not timed alone."""
     async with Client(target, mode="2026-07-28", sampling_callback=answer, input_required_max_rounds=n + 5) as c:
         session = c.session
         await session.call_tool("loop", {"n": 0})  # warm up: first use of each path
-        state, responses, size, rounds = None, None, 0, 0
-        start = time.perf_counter()
-        while True:
-            result = await session.call_tool(
-                "loop", {"n": n}, input_responses=responses, request_state=state, allow_input_required=True
-            )
-            rounds += 1
-            if not isinstance(result, types.InputRequiredResult):
-                break
-            state = result.request_state
-            size = len(state)
-            (key,) = result.input_requests
-            responses = {key: await answer(None, None)}
-        elapsed = time.perf_counter() - start
-    if result.is_error or result.structured_content["turns"] != n:
-        raise RuntimeError(f"the call did not finish as expected: {result}")
+        size, rounds = 0, 0
+        start = clock()
+        for _ in range(calls_for(n)):
+            state, responses = None, None
+            while True:
+                result = await session.call_tool(
+                    "loop", {"n": n}, input_responses=responses, request_state=state, allow_input_required=True
+                )
+                rounds += 1
+                if not isinstance(result, types.InputRequiredResult):
+                    break
+                state = result.request_state
+                size = len(state)
+                (key,) = result.input_requests
+                responses = {key: await answer(None, None)}
+            if result.is_error or result.structured_content["turns"] != n:
+                raise RuntimeError(f"the call did not finish as expected: {result}")
+        elapsed = clock() - start
     return elapsed * 1000 / rounds, size
 
 
@@ -189,12 +230,17 @@ def in_process(folder: Path) -> dict[str, Callable[[], Any]]:
         with patched_warm_runs():
             return create_server(tools, keys=keys)
 
+    def floor() -> Server:
+        (folder / "floor.db").unlink(missing_ok=True)
+        return replaying_server(STATE_KEY, str(folder / "floor.db"))
+
     return {
         "replay": replaying_server,
         "replay, sealed": lambda: replaying_server(STATE_KEY),
         "branchc": lambda: create_server(tools, keys=keys),
         "branchc+sqlite": with_store,
         "branchc, cold": cold,
+        "floor, sealed+commit": floor,
     }
 
 
@@ -231,9 +277,16 @@ def over_stdio(folder: Path) -> dict[str, Callable[[], Any]]:
         database.unlink(missing_ok=True)
         return target([*serve, "--store", f"sqlite:///{database}"])
 
+    def floor() -> StdioServerParameters:
+        (folder / "floor-stdio.db").unlink(missing_ok=True)
+        return target(
+            [sys.executable, str(folder / "replay.py"), "--sealed", "--commit", str(folder / "floor-stdio.db")]
+        )
+
     return {
         "replay": lambda: target([sys.executable, str(folder / "replay.py")]),
         "replay, sealed": lambda: target([sys.executable, str(folder / "replay.py"), "--sealed"]),
+        "floor, sealed+commit": floor,
         "branchc": lambda: target([*serve, "--store", "none"]),
         "branchc+sqlite": with_store,
         "branchc, cold": lambda: target([sys.executable, "-c", COLD_SERVE, *serve[3:], "--store", "none"]),
@@ -244,7 +297,13 @@ def spread(values: list[float], form: str) -> str:
     return f"{format(statistics.median(values), form)} [{format(min(values), form)} .. {format(max(values), form)}]"
 
 
-def measure(where: str, targets: dict[str, Callable[[], Any]], sizes: list[int], repeat: int) -> None:
+def measure(
+    where: str,
+    targets: dict[str, Callable[[], Any]],
+    sizes: list[int],
+    repeat: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
     print(f"{where}: ms per round, median [min .. max] of {repeat}; ratio to replay of the same repeat")
     for n in sizes:
         times: dict[str, list[float]] = {name: [] for name in SERVERS}
@@ -253,7 +312,7 @@ def measure(where: str, targets: dict[str, Callable[[], Any]], sizes: list[int],
             turn = index % len(SERVERS)
             order = SERVERS[turn:] + SERVERS[:turn]  # rotated, so no server always runs first
             for name in order:
-                ms, size = anyio.run(one_call, targets[name](), n)
+                ms, size = anyio.run(one_call, targets[name](), n, clock)
                 times[name].append(ms)
                 sizes_seen[name] = size
         line = f"  N={n:<5d} replay {spread(times['replay'], '.3f')} ms ({sizes_seen['replay']} B state)"
@@ -261,7 +320,7 @@ def measure(where: str, targets: dict[str, Callable[[], Any]], sizes: list[int],
         for name in SERVERS[1:]:
             ratios = [ours / base for ours, base in zip(times[name], times["replay"], strict=True)]
             print(
-                f"  {'':7} {name:15} {spread(times[name], '.3f')} ms  x{spread(ratios, '.2f')} "
+                f"  {'':7} {name:20} {spread(times[name], '.3f')} ms  x{spread(ratios, '.2f')} "
                 f"({sizes_seen[name]} B state)"
             )
 
@@ -271,6 +330,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000], help="rounds per call")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each configuration")
     parser.add_argument("--only", choices=["inproc", "stdio"], action="append", help="measure only these")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="in process: wall or CPU time")
     args = parser.parse_args()
     only = set(args.only or ["inproc", "stdio"])
     with tempfile.TemporaryDirectory(prefix="branchc-rounds-") as name:
@@ -281,9 +341,10 @@ def main() -> None:
         (folder / "replay.py").write_text(REPLAY)
         print(f"Python {sys.version.split()[0]}; {json.dumps({'sizes': args.sizes, 'repeat': args.repeat})}")
         if "inproc" in only:
-            measure("in process", in_process(folder), args.sizes, args.repeat)
+            clock = time.process_time if args.clock == "cpu" else time.perf_counter
+            measure(f"in process ({args.clock} time)", in_process(folder), args.sizes, args.repeat, clock)
         if "stdio" in only:
-            measure("over stdio", over_stdio(folder), args.sizes, args.repeat)
+            measure("over stdio (wall time)", over_stdio(folder), args.sizes, args.repeat)
 
 
 if __name__ == "__main__":
