@@ -496,3 +496,109 @@ async def test_a_fast_run_is_not_disturbed_by_a_timeout():
 
     result, _ = await run(one_shot(body, Limits(timeout=5)), EchoClient(), limits=Limits(timeout=5))
     assert result == ["re: quick", [f"re: {FORTY}", f"re: {FORTY}"]]
+
+
+# A branch that works past its deadline without asking anything: the next yield raises, whatever it yields, and
+# so does its return.
+
+
+def _busy(seconds: float) -> None:
+    """Work that takes `seconds` without a yield (the clock the deadline reads moves on meanwhile)."""
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
+@resumable
+def _busy_then(ctx, trace, effect):
+    try:
+        _busy(0.1)
+        if effect == "log":
+            yield ctx.log("info", "done working")
+        elif effect == "notify":
+            yield ctx.notify("done working", progress=1, total=1)
+        elif effect == "all":
+            yield ctx.all([])
+        trace.append("went on")
+        return "finished"
+    finally:
+        trace.append("child finally")
+        yield ctx.log("info", "child cleanup")  # told already: cleanup still logs
+
+
+@resumable
+def _late_return(ctx, trace):
+    try:
+        yield ctx.log("info", "started")
+        _busy(0.1)
+        return "finished"
+    finally:
+        trace.append("child finally")
+
+
+@pytest.mark.parametrize("effect", ["log", "notify", "all", "return"])
+async def test_a_branch_past_its_deadline_times_out_at_its_next_yield_or_its_return(effect):
+    trace: list = []
+
+    def body(handoff, ctx):
+        try:
+            out = yield ctx.branch(_busy_then, trace, effect, timeout=0.03)
+        except BranchTimeoutError as error:
+            out = str(error)
+        return out
+
+    client = EchoClient()
+    result, events = await run(one_shot(body), client)
+    assert result == "_busy_then (branch 0.1) ran past its timeout"
+    if effect == "return":  # the finally's log is the first yield past the deadline: it raises, not the return
+        assert trace == ["went on", "child finally"]
+        assert client.log_calls == []
+    else:
+        assert trace == ["child finally"]
+        assert client.log_calls == [("info", "child cleanup")]
+    assert client.notify_calls == []
+    assert [e["branch"] for e in events.named("timeout")] == ["0.1"]
+
+
+async def test_a_caught_timeout_at_a_log_lets_the_branch_go_on_and_log():
+    def body(handoff, ctx):
+        _busy(0.1)
+        try:
+            yield ctx.log("info", "late")
+        except BranchTimeoutError:
+            pass
+        yield ctx.log("info", "after the timeout")
+        return "handled"
+
+    client = EchoClient()
+    result, _ = await run(one_shot(body, Limits(timeout=0.03)), client)
+    assert result == "handled"
+    assert client.log_calls == [("info", "after the timeout")]
+
+
+async def test_a_tool_that_returns_past_its_timeout_fails_with_it():
+    def body(handoff, ctx):
+        yield ctx.log("info", "started")
+        _busy(0.1)
+        return "finished"
+
+    with pytest.raises(ToolPhaseError) as info:
+        await run_tool(one_shot(body), {}, EchoClient(), limits=Limits(timeout=0.03))
+    assert isinstance(info.value.__cause__, BranchTimeoutError)
+
+
+async def test_a_branch_that_returns_past_its_deadline_gives_its_parent_the_timeout():
+    trace: list = []
+
+    def body(handoff, ctx):
+        try:
+            return (yield ctx.branch(_late_return, trace, timeout=0.03))
+        except BranchTimeoutError as error:
+            return str(error)
+
+    client = EchoClient()
+    result, events = await run(one_shot(body), client)
+    assert result == "_late_return (branch 0.1) ran past its timeout"
+    assert trace == ["child finally"]
+    assert client.log_calls == [("info", "started")]
+    assert [e["branch"] for e in events.named("timeout")] == ["0.1"]

@@ -305,6 +305,8 @@ class Machine:
 
     def _finish(self, ident: str, ok: bool, value: Any) -> None:
         branch = self.branches.pop(ident)
+        if ok and self._past_deadline(branch.state):  # it returned late, never having yielded past its deadline
+            ok, value = False, self._timeout(branch.state)
         if branch.parent is None:
             self.done, self.ok, self.result = True, ok, value
             return
@@ -316,7 +318,10 @@ class Machine:
 
     def _deliver(self, where: Where, ok: bool, value: Any) -> None:
         if where[0] == "b":
-            self.branches[where[1]].wait = None
+            branch = self.branches[where[1]]
+            branch.wait = None
+            if not ok and isinstance(value, BranchTimeoutError) and self._past_deadline(branch.state):
+                branch.state.timed_out = True  # told: its own deadline is why what it waited on timed out
             self.ready.append((where[1], ok, value))
             return
         _, ident, slot = where
@@ -335,14 +340,20 @@ class Machine:
     # -- effects ------------------------------------------------------------------------------
 
     def _perform(self, effect: Any, where: Where, branch: BranchState) -> tuple[bool, Any] | str:
-        """(ok, value) when the effect is over at once; else the id of what `where` now waits on."""
+        """(ok, value) when the effect is over at once; else the id of what `where` now waits on.
+
+        Every yield of a branch past its deadline raises BranchTimeoutError there, once: after that (the branch
+        caught it), logs and notes still go out, so that its cleanup can say what happened, and anything else
+        is refused at once."""
         if isinstance(effect, CLEANUP_EFFECTS):
-            self._cleanup_effect(effect, branch)
-            return True, None
-        if isinstance(effect, All):
-            return self._all(effect, where, branch)
+            if not self._past_deadline(branch):
+                self._cleanup_effect(effect, branch)
+                return True, None
+            return False, self._timeout(branch)
         if branch.deadline is not None and (branch.timed_out or time.time() >= branch.deadline):
             return False, self._timeout(branch)
+        if isinstance(effect, All):
+            return self._all(effect, where, branch)
         try:
             if isinstance(effect, Sample):
                 return self._sample(effect, where, branch)
@@ -359,6 +370,11 @@ class Machine:
         else:
             self.emit("notify", branch, message=effect.message, progress=effect.progress, total=effect.total)
             self.outbox.append(("notify", effect.message, effect.progress, effect.total))
+
+    @staticmethod
+    def _past_deadline(branch: BranchState) -> bool:
+        """Whether the branch ran past its deadline without being told (its BranchTimeoutError not raised yet)."""
+        return branch.deadline is not None and not branch.timed_out and time.time() >= branch.deadline
 
     def _timeout(self, branch: BranchState) -> BranchTimeoutError:
         branch.timed_out = True
