@@ -156,7 +156,7 @@ async def test_elicit_context_must_be_json_data():
         ctx.elicit("pick", message="m", schema=Choice, context={"cards": [datetime.date(2024, 1, 1)]})
     assert str(info.value) == (
         "ctx.elicit('pick', context=...)['cards'][0]: date is not JSON data (use .isoformat()); "
-        "pass JSON data (convert values first)"
+        "pass JSON data (convert values first), or a pydantic model of it"
     )
     with pytest.raises(JsonDataError, match=r"\['t'\]: tuple is not JSON data"):
         ctx.elicit("pick", message="m", schema=Choice, context={"t": (1,)})

@@ -152,14 +152,14 @@ class Context(ContextHandle):
         )
 
     def elicit(self, key: str, *, message: str, schema: type[BaseModel], context: Any = None) -> Elicit:
-        """Ask the user; `key` names the request (and the function in its exchange)."""
+        """Ask the user; `key` names the request (and the function in its exchange). `context` (JSON data, or a
+        pydantic model of it) is kept for the exchange: `result.exchange.context` gives it back, a model as
+        that model."""
         if not isinstance(key, str) or not key.isidentifier():
             raise ValueError(f"ctx.elicit(key={key!r}): the key must be an identifier, like 'pick_move'")
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
             raise TypeError(f"ctx.elicit({key!r}, schema=...) must be a pydantic model class, not {schema!r}")
-        # The exchange keeps what the user was shown: a JSON copy, taken now.
-        check_json_data(context, f"ctx.elicit({key!r}, context=...)", "pass JSON data (convert values first)")
-        return Elicit(key=key, message=str(message), schema=schema, context=json.loads(json.dumps(context)))
+        return Elicit(key=key, message=str(message), schema=schema, context=_context_copy(key, context))
 
     def log(self, level: str, message: str) -> Log:
         if level not in LOG_LEVELS:
@@ -223,3 +223,20 @@ def _is_finite_number(value: Any) -> bool:
 
 def is_generator_function(fn: Any) -> bool:
     return inspect.isgeneratorfunction(fn) or bool(getattr(fn, "__branchc_compiled__", False))
+
+
+def _context_copy(key: str, context: Any) -> Any:
+    """What the exchange keeps of an elicitation's context: a copy taken now, through JSON (a model: its JSON,
+    validated back into a new model of its class), so what was shown is what comes back, whatever changes later."""
+    where = f"ctx.elicit({key!r}, context=...)"
+    if isinstance(context, BaseModel):
+        kind = type(context)
+        try:
+            return kind.model_validate_json(context.model_dump_json())
+        except (ValueError, TypeError) as error:  # pydantic's serialization and validation errors are ValueErrors
+            raise TypeError(
+                f"{where}: a {kind.__name__} that does not go through JSON and back ({error}); give it fields of "
+                f"JSON data, or pass the data itself"
+            ) from None
+    check_json_data(context, where, "pass JSON data (convert values first), or a pydantic model of it")
+    return json.loads(json.dumps(context))

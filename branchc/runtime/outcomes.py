@@ -147,7 +147,7 @@ def _effect(effect: Any, ctx: Context, where: str, nesting: int, work: _Work) ->
                 _text(effect.key, f"{where}.key"),
                 message=_text(effect.message, f"{where}.message"),
                 schema=_schema(effect.schema, f"{where}.schema"),
-                context=_data(effect.context, f"{where}.context", work, 0),
+                context=_context(effect.context, f"{where}.context", work),
             )
         if kind is Branch:
             return _branch(effect, ctx, where)
@@ -295,6 +295,14 @@ def _model(value: Any, allowed: tuple[type[BaseModel], ...], where: str, work: _
 
 
 _SCALARS = (str, int, bool, type(None))
+
+
+def _context(value: Any, where: str, work: _Work) -> Any:
+    """An elicitation's context: JSON data, or a model of it (of a class the decoder may name; ctx.elicit takes a
+    checked copy of it, through JSON)."""
+    if type(type(value)) is _MODEL_METACLASS and _inherits(type(value), BaseModel):
+        return value
+    return _data(value, where, work, 0)
 
 
 def _data(value: Any, where: str, work: _Work, depth: int) -> Any:
