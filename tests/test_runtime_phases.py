@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import os
 from pathlib import Path
@@ -206,10 +207,18 @@ def _cycle():
 KINDS = "JSON data is None, bool, int, float, str, list, and dict with str keys"
 
 
+def return_line(fn) -> int:
+    """The line of the (one) `return` in fn's source."""
+    lines, first = inspect.getsourcelines(fn)
+    (index,) = [i for i, line in enumerate(lines) if line.lstrip().startswith("return ")]
+    return first + index
+
+
 def not_json(fn, phase: str, *problems: str) -> str:
-    """The message for data a phase returned that is not JSON: the def's file:line, each problem, the hint."""
+    """The message for data a phase returned that is not JSON: the file:line of its `return`, each problem,
+    the hint."""
     relative = os.path.relpath(__file__)  # relative to the working folder when inside it
-    place = f"{__file__ if relative.startswith('..') else relative}:{fn.__code__.co_firstlineno + 1}"  # the def
+    place = f"{__file__ if relative.startswith('..') else relative}:{return_line(fn)}"
     lines = [f"{place}: {phase}() returned data that is not JSON:", *(f"  {p}" for p in problems)]
     return "\n".join([*lines, f"  hint: convert them in {phase}(): {KINDS}"])
 

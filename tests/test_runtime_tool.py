@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 from _runtime_support import run
@@ -16,7 +17,9 @@ from branchc import (
     run_tool,
     tool,
 )
+from branchc.runtime.compiled import load_compiled_tool
 from branchc.runtime.errors import OutputError
+from branchc.runtime.jsondata import source_place
 from branchc.testing import MockClient
 
 pytestmark = pytest.mark.anyio
@@ -303,9 +306,124 @@ async def test_a_declared_output_model_checks_the_result(result, ok):
         return
     with pytest.raises(OutputError) as info:
         await run_tool(t, {}, MockClient())
-    assert str(info.value).startswith("typed: the result does not fit its output model:\n  total:")
+    place = f"{os.path.relpath(__file__)}:{client.__code__.co_firstlineno + 3}"  # its return, not its def
+    assert info.value.place == place
+    assert str(info.value).startswith(f"{place}: typed: the result does not fit its output model:\n  total:")
 
 
 def test_output_must_be_a_model():
     with pytest.raises(ToolDefinitionError, match="output= must be a pydantic model class"):
         tool("t", output=dict)
+
+
+async def test_a_tool_may_return_its_output_model_itself():
+    t = tool("typed", output=Total)
+
+    @t.client
+    def client(handoff, ctx):
+        yield ctx.log("info", "done")
+        return Total(total=3)
+
+    assert await run_tool(t, {}, MockClient()) == {"total": 3}
+
+
+async def test_after_may_return_the_output_model_and_gets_the_clients_as_data():
+    t = tool("typed", output=Total)
+    seen = []
+
+    @t.client
+    def client(handoff, ctx):
+        yield ctx.log("info", "done")
+        return Total(total=1)
+
+    @t.after
+    async def after(handoff, result):
+        seen.append(result)
+        return Total(total=result["total"] + 1)
+
+    assert await run_tool(t, {}, MockClient()) == {"total": 2}
+    assert seen == [{"total": 1}]
+
+
+def _place(fn, offset: int) -> str:
+    return f"{os.path.relpath(fn.__code__.co_filename)}:{fn.__code__.co_firstlineno + offset}"
+
+
+async def test_an_output_error_names_the_return_that_gave_the_value():
+    t = tool("typed", output=Total)
+
+    @t.client
+    def client(handoff, ctx):
+        yield ctx.log("info", "done")
+        if handoff.get("a"):
+            return {"total": 1}
+        return {"total": "many"}
+
+    with pytest.raises(OutputError) as info:
+        await run_tool(t, {}, MockClient())
+    assert info.value.place == _place(client, 5)  # the second return, the one that ran
+
+
+@pytest.mark.parametrize("form", ["async", "sync, one return", "sync, two returns"])
+async def test_an_after_error_names_its_return_where_it_can(form):
+    t = tool("typed", output=Total)
+
+    @t.client
+    def client(handoff, ctx):
+        yield ctx.log("info", "done")
+        return {"total": 1}
+
+    if form == "async":
+
+        async def after(handoff, result):
+            if result["total"] > 5:
+                return {"total": 0}
+            return {"total": "many"}
+
+        where = _place(after, 3)  # its frame tells which return ran
+    elif form == "sync, one return":
+
+        def after(handoff, result):
+            value = {"total": "many"}
+            return value
+
+        where = _place(after, 2)  # the source has one return of a value
+    else:
+
+        def after(handoff, result):
+            if result["total"] > 5:
+                return {"total": 0}
+            return {"total": "many"}
+
+        where = _place(after, 0)  # which one ran is not known: its def
+    t.after(after)
+    with pytest.raises(OutputError) as info:
+        await run_tool(t, {}, MockClient())
+    assert info.value.place == where
+
+
+async def test_a_compiled_tool_restored_from_its_saved_run_names_its_return_in_the_source(tmp_path):
+    source = tmp_path / "typed_tool.py"
+    source.write_text(
+        "from pydantic import BaseModel\n"
+        "from branchc import Context, tool\n"
+        "\n"
+        "\n"
+        "class Total(BaseModel):\n"
+        "    total: int\n"
+        "\n"
+        "\n"
+        "typed = tool('typed', output=Total)\n"
+        "\n"
+        "\n"
+        "@typed.client\n"
+        "def client(handoff: dict, ctx: Context):\n"
+        "    r = yield ctx.sample(prompt='how many?')\n"
+        "    if r.text == 'none':\n"
+        "        return {'total': 0}\n"
+        "    return {'total': r.text}\n"
+    )
+    compiled = load_compiled_tool(source, "typed")
+    with pytest.raises(OutputError) as info:  # saved and restored at its sample (portable), then returns there
+        await run_tool(compiled, {}, MockClient(["many"]), portable=True)
+    assert info.value.place == source_place(str(source), 17)

@@ -31,9 +31,8 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from ..runtime import tracing
-from ..runtime.driver import advance, server_phase
+from ..runtime.driver import advance, finish_phases, handoff_of
 from ..runtime.errors import BranchcError, ClientAnswerError, MissingCapabilityError, ToolPhaseError
-from ..runtime.jsondata import check_phase_data
 from ..runtime.machine import Machine, Request
 from ..runtime.runstate import RunStateError, dump_run, load_run, pack_run, unpack_run
 from ..runtime.tool import Tool
@@ -176,12 +175,7 @@ async def guarded(
             raise
         if not machine.ok:
             raise ToolPhaseError(tool.name, "client", machine.result) from machine.result
-        result = machine.result
-        check_phase_data(result, "client_result", "client", tool.client_fn)
-        if tool.after_fn is not None:
-            result = await server_phase(tool, "after", tool.after_fn, handoff, result)
-            check_phase_data(result, "result", "after", tool.after_fn)
-        result = tool.check_output(result)
+        result = await finish_phases(tool, handoff, machine)
     except (AnswerError, RunStateError, MissingCapabilityError) as error:
         tracing.failed(trace.get_current_span(), error)
         return error_result(_noted(str(error), error))
@@ -246,11 +240,7 @@ async def start_run(
         raise AnswerError(f"tool {tool.name!r} has no client phase")
     if check and (missing := tool.requires - bridge.offered(ctx)):
         raise missing_capability(tool, missing)
-    if tool.before_fn is None:
-        handoff = model.model_dump(mode="json", round_trip=True)  # JSON that validates back to the params
-    else:
-        handoff = await server_phase(tool, "before", tool.before_fn, model)
-        check_phase_data(handoff, "handoff", "before", tool.before_fn)
+    handoff = await handoff_of(tool, model)
     handoff = json.loads(json.dumps(handoff))
     machine = Machine(tool.name, str(ctx.request_id), tool.limits.tighten(bridge.limits))
     try:

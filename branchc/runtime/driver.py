@@ -35,11 +35,12 @@ from .errors import (
 from .jsondata import check_phase_data
 from .limits import Limits
 from .machine import Machine, Request
+from .returns import frame_of, returned_from, returned_place
 from .runstate import RunStateError, dump_run, load_run
 from .steps import StepElsewhereError
 from .tool import Tool
 
-__all__ = ["Checkpoint", "Event", "RunTakenOverError", "resume_tool", "run_tool"]
+__all__ = ["Checkpoint", "Event", "RunTakenOverError", "finish_phases", "handoff_of", "resume_tool", "run_tool"]
 
 Event = dict[str, Any]
 
@@ -155,15 +156,45 @@ def _check_capabilities(tool: Tool, client: Client) -> None:
         )
 
 
-async def server_phase(tool: Tool, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run before() or after(), sync or async; what escapes it is a ToolPhaseError."""
+async def handoff_of(tool: Tool, params: BaseModel) -> Any:
+    """What the client phase starts from: before()'s value, checked (an error names its `return`), or else
+    the params as JSON that validates back to them."""
+    if tool.before_fn is None:
+        return params.model_dump(mode="json", round_trip=True)
+    handoff, returned_at = await _run_phase(tool, "before", tool.before_fn, params)
+    check_phase_data(handoff, "handoff", "before", tool.before_fn, returned_at)
+    return handoff
+
+
+async def _run_phase(tool: Tool, phase: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[], Any]]:
+    """Run before() or after(), sync or async: (what it returned, a function giving the file:line of the `return`
+    that gave it); what escapes it is a ToolPhaseError."""
+    frame = None
     try:
         value = fn(*args)
         if inspect.isawaitable(value):
+            frame = frame_of(value)
             value = await value
     except Exception as error:
         raise ToolPhaseError(tool.name, phase, error) from error
-    return value
+    return value, (lambda: returned_from(frame)) if frame is not None else (lambda: returned_place(fn))
+
+
+async def finish_phases(tool: Tool, handoff: Any, machine: Machine, emit: Callable[..., None] | None = None) -> Any:
+    """The result of a run whose client phase returned: the client's value handed to after() (when the tool
+    has one), each checked where it crosses over (JSON data; the `output=` model, whose instances may be
+    returned as they are), every error naming the `return` that gave the value."""
+    result = tool.as_data(machine.result)
+    returned_at = machine.returned_at
+    check_phase_data(result, "client_result", "client", tool.client_fn, lambda: returned_at)
+    if emit is not None:
+        emit("client_result", result=result)
+    where: Callable[[], Any] = lambda: returned_at  # noqa: E731
+    if tool.after_fn is not None:
+        result, where = await _run_phase(tool, "after", tool.after_fn, handoff, result)
+        result = tool.as_data(result)
+        check_phase_data(result, "result", "after", tool.after_fn, where)
+    return tool.check_output(result, where)
 
 
 class _Run:
@@ -203,33 +234,20 @@ class _Run:
     async def run(self, params: BaseModel) -> Any:
         tool = self.tool
         self.emit("start", tool=tool.name, call_id=self.call_id, params=params.model_dump(mode="json"))
-        if tool.before_fn is None:
-            handoff = params.model_dump(mode="json", round_trip=True)  # JSON that validates back to params
-        else:
-            handoff = await self._server_phase("before", tool.before_fn, params)
-            check_phase_data(handoff, "handoff", "before", tool.before_fn)
+        handoff = await handoff_of(tool, params)
         self.emit("handoff", handoff=handoff)
         return await self.finish(handoff)
 
     async def finish(self, handoff: Any, machine: Machine | None = None) -> Any:
         """The client phase (started here on a JSON copy of the handoff, or `machine`, restored where it
         waits), then after() with the handoff itself."""
-        tool = self.tool
-        result = await self._client_phase(json.loads(json.dumps(handoff)) if machine is None else handoff, machine)
-        check_phase_data(result, "client_result", "client", tool.client_fn)
-        self.emit("client_result", result=result)
-
-        if tool.after_fn is not None:
-            result = await self._server_phase("after", tool.after_fn, handoff, result)
-            check_phase_data(result, "result", "after", tool.after_fn)
-        result = tool.check_output(result)
+        machine = await self._client_phase(json.loads(json.dumps(handoff)) if machine is None else handoff, machine)
+        result = await finish_phases(self.tool, handoff, machine, self.emit)
         self.emit("result", result=result)
         return result
 
-    async def _server_phase(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
-        return await server_phase(self.tool, phase, fn, *args)
-
-    async def _client_phase(self, handoff: Any, machine: Machine | None = None) -> Any:
+    async def _client_phase(self, handoff: Any, machine: Machine | None = None) -> Machine:
+        """The machine, its client phase returned (a failure of it is a ToolPhaseError)."""
         try:
             if machine is None:
                 machine = Machine(self.tool.name, self.call_id, self.limits, self.emit if self.on_event else None)
@@ -244,7 +262,7 @@ class _Run:
             raise ToolPhaseError(self.tool.name, "client", error) from error
         if not machine.ok:
             raise ToolPhaseError(self.tool.name, "client", machine.result) from machine.result
-        return machine.result
+        return machine
 
     async def _answer_all(self, machine: Machine, handoff: Any) -> Machine:
         """Step the machine; ask the client every pending request at once, feed answers as they come.

@@ -43,10 +43,14 @@ class ParamsError(BranchcError, ValueError):
 class OutputError(BranchcError, ValueError):
     """A tool's result does not fit the `output=` model it declares; `errors` lists every field."""
 
-    def __init__(self, tool: str, errors: list[str]) -> None:
+    def __init__(self, tool: str, errors: list[str], place: str | None = None) -> None:
         self.tool = tool
         self.errors = errors
-        super().__init__(f"{tool}: the result does not fit its output model:\n" + "\n".join(f"  {e}" for e in errors))
+        self.place = place  # file:line of the `return` that gave the result, when known
+        head = f"{place}: " if place else ""
+        super().__init__(
+            f"{head}{tool}: the result does not fit its output model:\n" + "\n".join(f"  {e}" for e in errors)
+        )
 
 
 class JsonDataError(BranchcError, TypeError):

@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import JsonDataError
 
-__all__ = ["LISTED", "check_json_data", "check_phase_data", "json_data_problems"]
+__all__ = ["LISTED", "check_json_data", "check_phase_data", "json_data_problems", "source_place"]
 
 #: How many bad values an error lists; the rest are counted ("and N more").
 LISTED = 20
@@ -75,20 +75,30 @@ def check_json_data(value: Any, where: str, fix: str) -> None:
         raise JsonDataError("\n".join(lines), problems=listed, total=total)
 
 
-def check_phase_data(value: Any, where: str, phase: str, fn: Callable[..., Any] | None) -> None:
+def check_phase_data(
+    value: Any,
+    where: str,
+    phase: str,
+    fn: Callable[..., Any] | None,
+    returned_at: Callable[[], str | None] | None = None,
+) -> None:
     """What a phase hands on (`handoff` from before, `client_result`, after's `result`) must be JSON
-    data; else JsonDataError naming the phase function's file:line and every bad value by its path."""
-    place = phase_place(fn)
-    head = f"{place}: " if place else ""
-    hint = f"  hint: convert them in {phase}(): {_KINDS}"
+    data; else JsonDataError naming the file:line of the `return` that gave it (`returned_at()`, asked only
+    then; None: unknown) or else of the phase function's def, and every bad value by its path."""
     try:
         listed, total = json_data_problems(value, where)
     except RecursionError:
+        listed, total = None, 0
+    if listed is not None and not total:
+        return
+    place = (returned_at() if returned_at is not None else None) or phase_place(fn)
+    head = f"{place}: " if place else ""
+    hint = f"  hint: convert them in {phase}(): {_KINDS}"
+    if listed is None:
         message = f"{head}{phase}() returned {where} nested too deeply to check (or to encode as JSON)\n{hint}"
-        raise JsonDataError(message, place=place, phase=phase) from None
-    if total:
-        lines = [f"{head}{phase}() returned data that is not JSON:", *_listing(listed, total), hint]
-        raise JsonDataError("\n".join(lines), problems=listed, total=total, place=place, phase=phase)
+        raise JsonDataError(message, place=place, phase=phase)
+    lines = [f"{head}{phase}() returned data that is not JSON:", *_listing(listed, total), hint]
+    raise JsonDataError("\n".join(lines), problems=listed, total=total, place=place, phase=phase)
 
 
 def _listing(listed: list[str], total: int) -> list[str]:
@@ -118,7 +128,11 @@ def phase_place(fn: Callable[..., Any] | None) -> str | None:
         if text.startswith(("def ", "async def ")):
             line = number
             break
-    filename = code.co_filename
+    return source_place(code.co_filename, line)
+
+
+def source_place(filename: str, line: int) -> str:
+    """`file:line`, the file relative to the working folder when it is inside it."""
     try:
         relative = os.path.relpath(filename)
         if not relative.startswith(os.pardir):

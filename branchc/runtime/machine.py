@@ -59,6 +59,7 @@ from .errors import (
 from .jsondata import check_json_data
 from .limits import Limits, estimate_tokens
 from .messages import AssistantToolCallMessage, Message, SampleResult
+from .returns import frame_of, returned_from
 
 __all__ = ["CLEANUP_EFFECTS", "EFFECTS", "Machine", "Request"]
 
@@ -129,6 +130,7 @@ class Machine:
         self.done = False
         self.ok = False
         self.result: Any = None  # the client phase's return value, or the exception that escaped it
+        self.returned_at: str | None = None  # file:line of the client phase's `return`, once it returned
         self.released = False  # let go of by release(): its run goes on from a saved copy
         self.executor: Any = None  # a concurrent.futures.Executor: sub-branch steps run there (never saved)
         self.saved_bytes = 0  # the length of its last saved text (runstate.dump_run), what keeping it costs
@@ -281,9 +283,12 @@ class Machine:
     def _step(self, ident: str, ok: bool, value: Any) -> None:
         branch = self.branches[ident]
         generator = branch.generator
+        frame = frame_of(generator) if branch.parent is None else None  # the client phase's: where it returns
         try:
             effect = generator.send(value) if ok else generator.throw(value)
         except StopIteration as stop:
+            if frame is not None:
+                self.returned_at = returned_from(frame)
             self._finish(ident, True, stop.value)
             return
         except Exception as error:

@@ -371,17 +371,25 @@ class Tool:
                 entry[key] = getattr(self, key)
         return entry
 
-    def check_output(self, value: Any) -> Any:
-        """The result, checked against `output=` when the tool declares one (OutputError lists each field);
-        of a content result (`content.result(...)`), its structured content is what is checked."""
+    def as_data(self, value: Any) -> Any:
+        """A phase's return value as the data it hands on: an instance of the `output=` model, as its JSON."""
+        if self.output is not None and isinstance(value, self.output):
+            return value.model_dump(mode="json")
+        return value
+
+    def check_output(self, value: Any, returned_at: Callable[[], str | None] | None = None) -> Any:
+        """The result, checked against `output=` when the tool declares one (OutputError lists each field, and
+        names `returned_at()`, the file:line of the `return` that gave it, asked only then); of a content
+        result (`content.result(...)`), its structured content is what is checked."""
         blocks, structured = split_content(value)
         if self.output is not None:
             if blocks is not None and structured is None:
-                raise OutputError(self.name, ["a content result needs structured=...: the tool declares output="])
+                problem = "a content result needs structured=...: the tool declares output="
+                raise OutputError(self.name, [problem], returned_at and returned_at())
             try:
                 self.output.model_validate(structured)
             except ValidationError as error:
-                raise OutputError(self.name, format_validation_errors(error)) from None
+                raise OutputError(self.name, format_validation_errors(error), returned_at and returned_at()) from None
         return value
 
     def validate_params(self, params: BaseModel | dict[str, Any] | None) -> BaseModel:
