@@ -95,6 +95,16 @@ def test_every_enum_form_and_every_default_reaches_the_form():
     assert form(Everything)["required"] == ["legacy", "titled_multi", "single"]
 
 
+def test_titles_on_the_items_make_the_same_form_as_titles_on_the_list():
+    class OnItems(BaseModel):
+        titled_multi: list[Annotated[Literal["v1", "v2", "v3"], Titled({"v1": "Uno", "v3": "Tres"})]] = Field(
+            max_length=2
+        )
+
+    assert form(OnItems)["properties"]["titled_multi"] == form(Everything)["properties"]["titled_multi"]
+    assert OnItems.model_validate({"titled_multi": ["v1", "v3"]}).titled_multi == ["v1", "v3"]
+
+
 def test_titled_names_a_value_that_is_not_offered():
     class Bad(BaseModel):
         size: Annotated[Literal["s", "m"], Titled(xl="Huge")]

@@ -16,6 +16,7 @@ Every enum form of MCP (SEP-1330) comes from a pydantic field, and defaults (SEP
 | the same, `Field(json_schema_extra={"enumNames": [...]})` | legacy `enum` with `enumNames` (deprecated) |
 | `list[Literal[...]]`, `Field(min_length=, max_length=)` | `{"type": "array", "items": {"enum": [...], ...}}` |
 | the same, `Annotated[..., Titled(...)]` | `{"type": "array", "items": {"anyOf": [{"const", "title"}, ...]}}` |
+| `list[Annotated[Literal[...], Titled(...)]]` | the same |
 
 The answer is validated against the model, so only offered values (and min/max items) pass.
 
@@ -83,7 +84,9 @@ def _field(where: str, name: str, prop: dict[str, Any], defs: dict[str, Any]) ->
     kind = prop.get("type")
     if kind == "array":
         items = _resolve(prop.get("items", {}), defs)
-        values, titled = _choices(items, "anyOf", lambda why: refuse(f"a list whose items are not {why}"))
+        # titled items: `anyOf` (Titled on the list) or `oneOf` (list[Annotated[..., Titled(...)]], on each item)
+        titled_key = "oneOf" if "oneOf" in items and "anyOf" not in items else "anyOf"
+        values, titled = _choices(items, titled_key, lambda why: refuse(f"a list whose items are not {why}"))
         choice = {"anyOf": titled} if titled else {"type": "string", "enum": values}
         out = {"type": "array", "items": choice}
         out.update({k: prop[k] for k in ("title", "description", "default", "minItems", "maxItems") if k in prop})
