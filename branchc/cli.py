@@ -156,6 +156,13 @@ def run(
             "--in-memory", help="Run the source as written, in memory: no compiling, no saving at each suspension."
         ),
     ] = False,
+    executor: Annotated[
+        str,
+        typer.Option(
+            help="Where branch steps run, as `serve --executor` takes it: inline, process, process:N or "
+            "dask://HOST:PORT."
+        ),
+    ] = "inline",
 ) -> None:
     """Run a tool: before -> client -> after, with scripted or typed answers.
 
@@ -166,6 +173,7 @@ def run(
     import anyio
 
     from .continuation.errors import NotSerializableError
+    from .executors import ExecutorSpecError, open_executor, parse_executor
     from .runtime import Limits, run_tool
     from .runtime.compiled import load_compiled_tool
     from .runtime.console import ConsoleClient
@@ -176,11 +184,20 @@ def run(
     from .viz.trace import TraceRecorder
 
     recorder: TraceRecorder | None = None
+    pool = None
     try:
         if trace is not None and not trace.resolve().parent.is_dir():
             raise CliError(f"--trace {trace}: no folder {trace.resolve().parent} to write it in")
         if interactive == (responses is not None):
             raise CliError("give exactly one of --responses FILE (scripted answers) or --interactive")
+        try:
+            spec = parse_executor(executor)
+        except ExecutorSpecError as error:
+            raise CliError(f"--executor {error}") from None
+        if spec.kind != "inline" and in_memory:
+            raise CliError(
+                "--executor runs branch steps as snapshots elsewhere: it needs the tool compiled, so drop --in-memory"
+            )
         if file.suffix in (".yaml", ".yml"):  # a workflow: always compiled (its tool module is generated)
             from .workflows import load_workflow_tool
 
@@ -201,6 +218,10 @@ def run(
             for observer in observers:
                 observer(event)
 
+        try:
+            pool = open_executor(spec)
+        except ExecutorSpecError as error:
+            raise CliError(f"--executor {spec}: {error}") from None
         result = anyio.run(
             lambda: run_tool(
                 tool,
@@ -210,6 +231,7 @@ def run(
                 call_id=call_id,
                 on_event=on_event if observers else None,
                 portable=not in_memory,
+                executor=pool,
             )
         )
     except ToolPhaseError as error:
@@ -232,6 +254,9 @@ def run(
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         _write_trace(recorder, trace, error=str(error))
         raise typer.Exit(1) from None
+    finally:
+        if pool is not None:
+            pool.shutdown()
     _write_trace(recorder, trace, result=result)
     print(json.dumps(result, indent=2, ensure_ascii=False))
 

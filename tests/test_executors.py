@@ -5,6 +5,7 @@ killed mid-step is retried once, then a clear error, and no step of the run is l
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import os
 import warnings
 from pathlib import Path
@@ -333,5 +334,34 @@ def test_a_dask_scheduler_that_does_not_answer_is_named():
 )
 def test_serve_refuses_a_bad_executor_before_loading_anything(spec, words, tmp_path):
     done = CliRunner().invoke(app, ["serve", str(tmp_path / "missing"), "--executor", spec])
+    assert done.exit_code == 1
+    assert words in " ".join(done.output.split())
+
+
+def test_run_takes_the_executor_serve_takes(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    answers = tmp_path / "none.yaml"
+    answers.write_text("sample: []\nelicit: []\n")
+    arguments = ["run", str(TOOLS), "crunch", "--params", '{"branches": 2, "spin": 1000}', "-r", str(answers), "-q"]
+    here = CliRunner().invoke(app, arguments)
+    elsewhere = CliRunner().invoke(app, [*arguments, "--executor", "process:2"])
+    assert here.exit_code == 0 and elsewhere.exit_code == 0, here.output + elsewhere.output
+    assert json.loads(here.stdout)["pids"] == [os.getpid()]
+    pids = json.loads(elsewhere.stdout)["pids"]
+    assert pids and os.getpid() not in pids  # the branch steps ran in the pool's workers
+    assert json.loads(elsewhere.stdout)["totals"] == json.loads(here.stdout)["totals"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--executor", "bogus"], "error: --executor 'bogus' is not an executor; use inline, process"),
+        (["--executor", "process", "--in-memory"], "error: --executor runs branch steps as snapshots elsewhere"),
+    ],
+)
+def test_run_refuses_a_bad_executor(extra, words, tmp_path):
+    answers = tmp_path / "none.yaml"
+    answers.write_text("sample: []\nelicit: []\n")
+    done = CliRunner().invoke(app, ["run", str(TOOLS), "crunch", "-r", str(answers), *extra])
     assert done.exit_code == 1
     assert words in " ".join(done.output.split())
