@@ -11,12 +11,13 @@ import sys
 import zlib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from _system import needs, program
 
-from branchc.runtime import run_tool
+from branchc.runtime import Limits, run_tool
 from branchc.runtime.loader import load_tool
 from branchc.runtime.testing import MockClient
 from branchc.viz.graph import GraphError, load_manifest, overlay_trace, split_graph
@@ -514,3 +515,56 @@ def test_html_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert bytes.fromhex("ffd33d") in pixels  # a visited state, filled
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert f'data-hoverable="{graph.number_of_nodes()}"' in dom.stdout, dom.stdout[-2000:]
+
+
+BREAK_THROUGH_FINALLY = """
+from branchc import Context, tool
+
+t = tool("t")
+
+
+@t.client
+def client(handoff: dict, ctx: Context):
+    while True:
+        try:
+            r = yield ctx.sample(prompt="step")
+            break
+        finally:
+            yield ctx.log("info", "cleanup")
+    r2 = yield ctx.sample(prompt="after")
+    return r2.text
+"""
+
+
+def _travelled_into_the_finally(tmp_path: Path, client: Any, limits: Any = None) -> dict[str, list]:
+    source = tmp_path / "breaking.py"
+    source.write_text(BREAK_THROUGH_FINALLY)
+    recorder = TraceRecorder(source, "client")
+    try:
+        result = anyio.run(lambda: run_tool(load_tool(source, "t"), {}, client, on_event=recorder, limits=limits))
+    except Exception as error:
+        recorder.write(tmp_path / "trace.json", error=str(error))
+    else:
+        recorder.write(tmp_path / "trace.json", result=result)
+    graph = split_graph(load_manifest(source), tool="t")
+    overlay_trace(graph, read_trace(tmp_path / "trace.json"))
+    into = {}
+    for a, b, data in graph.edges(data=True):
+        if graph.nodes[a].get("state") == 1 and graph.nodes[b].get("state") == 2:
+            into[data["kind"]] = data.get("visits", [])
+    return into
+
+
+def test_a_break_through_a_finally_is_drawn_on_the_normal_edge(tmp_path: Path) -> None:
+    into = _travelled_into_the_finally(tmp_path, MockClient(["one", "two"]))
+    assert set(into) == {"normal", "exception"}  # both lead from the sample into the finally's log
+    assert into["normal"] and not into["exception"]
+
+
+def test_a_timeout_into_a_finally_is_drawn_on_the_exception_edge(tmp_path: Path) -> None:
+    class Never(MockClient):
+        async def sample(self, request):
+            await anyio.sleep(30)
+
+    into = _travelled_into_the_finally(tmp_path, Never([]), Limits(timeout=0.05))
+    assert into["exception"] and not into["normal"]

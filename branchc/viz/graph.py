@@ -303,10 +303,9 @@ def overlay_trace(graph: nx.MultiDiGraph, trace: dict) -> None:
         graph.nodes[node].setdefault("visits", []).append(order)
         previous = at.get(branch)
         if previous is not None:
-            for _, target, data in graph.out_edges(previous, data=True):
-                if target == node and data["kind"] != "link":
-                    data.setdefault("visits", []).append(order)
-                    break
+            edge = _taken(graph, previous, node, failed.pop(branch, False))
+            if edge is not None:
+                edge.setdefault("visits", []).append(order)
         at[branch] = node
 
     def answer(branch: str, text: str) -> None:
@@ -315,10 +314,13 @@ def overlay_trace(graph: nx.MultiDiGraph, trace: dict) -> None:
             graph.nodes[node].setdefault("answers", []).append(text)
 
     functions = {"0": trace.get("client")}
+    failed: dict[str, bool] = {}  # branch -> an error was raised at its yield since it last moved (a timeout)
     phases = {d["phase"]: n for n, d in graph.nodes(data=True) if d.get("kind") == "phase"}
     for event in trace.get("events", []):
         kind, branch = event["event"], event.get("branch", "0")
-        if kind == "start":
+        if kind == "timeout":
+            failed[branch] = True
+        elif kind == "start":
             visit("0", phases.get("before"))
         elif kind == "handoff":
             visit("0", starts.get(trace.get("client") or ""))
@@ -352,6 +354,18 @@ def overlay_trace(graph: nx.MultiDiGraph, trace: dict) -> None:
                 graph.add_edge(current, f"{prefix}:raise", kind="exception", label="raise")
             visit("0", f"{prefix}:raise")
     graph.graph["trace"] = {"tool": trace.get("tool"), "params": trace.get("params"), "steps": order}
+
+
+_PREFERRED = {"normal": 0, "loop": 1, "exception": 2}
+
+
+def _taken(graph: nx.MultiDiGraph, source: str, target: str, failed: bool) -> dict[str, Any] | None:
+    """The edge a run took from `source` to `target`: where several lead there (the normal way through a finally
+    and the exception path into it, say), the normal one, unless an error was raised at the yield (`failed`)."""
+    edges = [data for _, to, data in graph.out_edges(source, data=True) if to == target and data["kind"] != "link"]
+    if not edges:
+        return None
+    return min(edges, key=lambda data: (data["kind"] != "exception") if failed else _PREFERRED.get(data["kind"], 3))
 
 
 def _answered(key: str, value: Any) -> str:
@@ -391,10 +405,9 @@ def overlay_history(graph: nx.MultiDiGraph, tool: str, status: str, history: lis
             data.setdefault("visits", []).append(entry["k"])
             previous = at.get(wait["branch"])
             if previous is not None:
-                for _, target, edge in graph.out_edges(previous, data=True):
-                    if target == node and edge["kind"] != "link":
-                        edge.setdefault("visits", []).append(entry["k"])
-                        break
+                edge = _taken(graph, previous, node, False)
+                if edge is not None:
+                    edge.setdefault("visits", []).append(entry["k"])
             at[wait["branch"]] = node
             if isinstance(entry["answers"], dict):
                 for key, value in entry["answers"].items():
