@@ -7,6 +7,7 @@ Every end result is compared with the workflow run natively (`run_tool` on a Moc
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
@@ -151,6 +152,9 @@ async def test_the_model_is_guided_through_chain_of_thought_end_to_end(era, flow
     review = shown[5]
     assert review["ask_user"] is True and review["answer_schema"]["required"] == ["good_enough"]
     assert len({step["state_id"] for step in shown}) == len(shown)  # a new state id at every step
+    assert "saved" not in shown[0] and "previous_thought" not in shown[0]  # nothing was answered yet
+    for before, after in itertools.pairwise(shown):  # the seed's acknowledgment of each answer
+        assert (after["saved"], after["previous_thought"]) == (True, before["saves_as"])
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -216,6 +220,7 @@ async def test_continue_sampling_and_user_steps_are_told_apart(era, flows):
             await session.call_tool("workflow_continue", {"state_id": read["state_id"], "acknowledgment": "read it"})
         )
         assert severity["current_step"] == "severity" and severity["isolated"] is True
+        assert (severity["saved"], severity["previous_thought"]) == (False, "read")  # continued: nothing kept
         assert "on its own" in severity["how_to_answer"]
         text = refused(await session.call_tool("workflow_continue", {"state_id": severity["state_id"]}))
         assert "step 'severity' needs an answer: call workflow_submit" in text
@@ -518,3 +523,54 @@ def test_two_workflow_files_that_would_share_a_module_name_are_refused(tmp_path,
     clash = r"x\.yml:1:1: error: its tool module would be named workflow_x, as .*x\.yaml"
     with pytest.raises(ServeLoadError, match=clash):
         load_served_tools(tmp_path)
+
+
+# -- the seed's other workflows, in the seed's template syntax ------------------------------------------------
+
+SEED_EXAMPLES = {
+    "deep_research": {"topic": "Why the sky is blue", "questions": 2},
+    "trip": {"destination": "Lisbon"},
+}
+
+
+@pytest.fixture
+def seed_examples(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    folder = tmp_path / "examples"
+    folder.mkdir()
+    for name in SEED_EXAMPLES:
+        (folder / f"{name}.yaml").write_text((EXAMPLE.parent / f"{name}.yaml").read_text())
+    return folder, {"BRANCHC_CACHE": str(tmp_path / "cache")}
+
+
+def example_responses(name: str) -> dict[str, list]:
+    return yaml.safe_load((EXAMPLE.parent / f"{name}.responses.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(SEED_EXAMPLES))
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_seeds_workflows_are_served_guided_and_as_one_call(name, era, seed_examples):
+    folder, env = seed_examples
+    params, answers = SEED_EXAMPLES[name], example_responses(name)
+    expected = await native(folder / f"{name}.yaml", params, answers["sample"], answers["elicit"])
+    async with Client(stdio(folder, env), mode=era) as session:  # guided: only tool calls
+        samples, forms = iter(answers["sample"]), iter(answer["content"] for answer in answers["elicit"])
+        step = waiting(await within(60, session.call_tool(f"start_{name}", params)))
+        shown = [step]
+        while True:
+            answer = next(forms) if step.get("ask_user") else next(samples)
+            result = await submit(session, step, answer)
+            assert not result.is_error, result.content[0].text
+            if result.structured_content["status"] == "complete":
+                break
+            step = waiting(result)
+            shown.append(step)
+    assert result.structured_content == expected
+    assert not any("${" in step["instruction"] for step in shown)  # the seed's templates were rendered
+    recorded = MockClient(list(answers["sample"]), list(answers["elicit"]))
+    await run_tool(load_workflow_tool(folder / f"{name}.yaml"), params, recorded)
+    prompts = {call.last_text: answer for call, answer in zip(recorded.sample_calls, answers["sample"], strict=True)}
+    client = Scripted(prompts, answers["elicit"])
+    async with Client(stdio(folder, env), mode=era, **client.callbacks()) as session:  # one call
+        result = await within(60, session.call_tool(name, params))
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content == expected

@@ -184,6 +184,7 @@ class _StepGuide:
     def __init__(self, workflows: WorkflowTools, via: str) -> None:
         self.workflows = workflows
         self.via = via  # the tool this call came through: SUBMIT_TOOL (and the start tools) or CONTINUE_TOOL
+        self.answered: tuple[str, str | None] | None = None  # (step, the name its answer was saved as) this call
 
     def _workflow(self, machine: Machine) -> Templates:
         return self.workflows.workflows[machine.tool]
@@ -200,6 +201,10 @@ class _StepGuide:
         where = workflow.position(machine)
         step = workflow.steps[where.step]
         out: dict[str, Any] = {"workflow": workflow.name, "status": "in_progress", "current_step": where.step}
+        if self.answered is not None:  # the seed's acknowledgment of the answer this call gave
+            answered, save = self.answered
+            out["saved"] = save is not None
+            out["previous_thought"] = save or answered
         if where.item is not None:
             out["item"] = {"number": where.item, "of": where.of}
         if request.kind == "elicit":
@@ -242,6 +247,7 @@ class _StepGuide:
         (request,) = machine.pending
         where = workflow.position(machine).step
         step = workflow.steps[where]
+        self.answered = (where, step["save"] if self.via != CONTINUE_TOOL else None)
         if self.via == CONTINUE_TOOL:
             if request.kind == "elicit" or step["uses_answer"]:
                 raise AnswerError(

@@ -53,7 +53,8 @@ def workflow_graph(path: str | Path) -> nx.MultiDiGraph:
         for target, label in _next(step, following):
             if target is None:
                 _end(graph, cluster, "complete", "complete")
-                result = f"result {_short(step.complete, 32)}" if isinstance(step.complete, str) else ""
+                written = step.written("complete")
+                result = f"result {_short(written, 32)}" if isinstance(written, str) else ""
                 graph.add_edge(step.id, "complete", kind="handoff", label=", ".join(filter(None, (label, result))))
             else:
                 back = order.index(target) <= index
@@ -82,7 +83,7 @@ def _end(graph: nx.MultiDiGraph, cluster: str, node: str, text: str) -> None:
 
 
 def _text(step: Step, wait: dict | None) -> list[str]:
-    lines = [f"{step.id}  ·  answered by {_WHO[step.answer_by]}", _short(step.instruction)]
+    lines = [f"{step.id}  ·  answered by {_WHO[step.answer_by]}", _short(step.written("instruction"))]
     if step.save:
         shape = f" ({step.schema_.type})" if step.schema_ is not None else ""
         lines.append(f"saves {step.save}{shape}")
@@ -97,7 +98,10 @@ def _short(text: object, width: int = 52) -> str:
 
 
 def _yaml(step: Step) -> str:
-    return step.model_dump_json(by_alias=True, exclude_defaults=True, indent=1)
+    written = step.model_copy(
+        update={name: step.written(name) for name in ("instruction", "system_prompt", "complete")}
+    )
+    return written.model_dump_json(by_alias=True, exclude_defaults=True, indent=1)
 
 
 def _waits(machine: nx.MultiDiGraph, manifest: dict) -> dict[str, dict]:

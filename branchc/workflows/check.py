@@ -21,6 +21,7 @@ from ..runtime.inputs import InputError, read_text, yaml_loader
 from ..splitter.diagnostics import Diagnostic
 from .model import RESERVED_PARAMS, Branch, Foreach, Param, Shape, Step, Workflow, WorkflowFile, form_class
 from .runtime import ENVIRONMENT
+from .seed import SeedSyntaxError, markers, translate
 
 __all__ = ["Source", "WorkflowError", "check_workflow", "load_workflow", "template_places"]
 
@@ -380,9 +381,13 @@ def _reachable(workflow: Workflow, graph: dict[str, list[str | None]]) -> set[st
 
 
 class _Checker:
-    def __init__(self, source: Source, workflow: Workflow) -> None:
+    def __init__(self, source: Source, workflow: Workflow, originals: dict[Path_, str] | None = None) -> None:
         self.source = source
         self.workflow = workflow
+        # the templates as the file wrote them in the seed's syntax (seed.py), by path; `workflow` holds their
+        # translations (None: the file writes Jinja2's syntax)
+        self.originals = originals or {}
+        self.seed = originals is not None
         self.out: list[Diagnostic] = []
 
     def error(self, where: Path_, message: str, hint: str = "", *, place: tuple[int, int] | None = None) -> None:
@@ -574,17 +579,29 @@ class _Checker:
 
     def _name_place(self, where: Path_, text: str, name: str, expression: bool = False) -> tuple[int, int] | None:
         """Where the template first reads `name`: found in the file's own text of the scalar (so folded lines,
-        quotes and escapes cannot shift it), else in the template's text, mapped to the file."""
+        quotes and escapes cannot shift it), else in the template's text, mapped to the file. A template in the
+        seed's syntax is read through its translation (seed.py), and the place mapped back to the seed's text."""
         raw = self.source.raw(where)
-        if raw is not None and (found := _first_read(raw[0], name, expression)) is not None:
+        if raw is not None and (found := self._first_read(raw[0], name, expression)) is not None:
             offset = raw[1] + found
             text_before = self.source.text[:offset]
             return text_before.count("\n") + 1, offset - (text_before.rfind("\n") + 1) + 1
-        found = _first_read(text, name, expression)
+        original = self.originals.get(where, text)
+        found = self._first_read(original, name, expression)
         if found is None:
             return None
-        line, start = text.count("\n", 0, found) + 1, text.rfind("\n", 0, found) + 1
+        line, start = original.count("\n", 0, found) + 1, original.rfind("\n", 0, found) + 1
         return self.source.template_place(where, line, found - start)
+
+    def _first_read(self, text: str, name: str, expression: bool) -> int | None:
+        if not self.seed or expression:
+            return _first_read(text, name, expression)
+        try:
+            translation = translate(text)
+        except SeedSyntaxError:
+            return None
+        found = _first_read(translation.text, name, expression)
+        return None if found is None else translation.source_offset(found)
 
 
 def _first_read(text: str, name: str, expression: bool) -> int | None:
@@ -618,10 +635,92 @@ def load_workflow(path: str | Path) -> tuple[Workflow, list[Diagnostic]]:
         workflow = WorkflowFile.model_validate(source.data).workflow
     except ValidationError as error:
         raise WorkflowError(_model_problems(source, error)) from None
-    found = _Checker(source, workflow).run()
+    workflow, originals, problems = _one_syntax(source, workflow)
+    if problems:
+        raise WorkflowError(problems)
+    found = _Checker(source, workflow, originals).run()
     if any(d.severity == "error" for d in found):
         raise WorkflowError(sorted(found, key=lambda d: (d.line, d.column)))
     return workflow, found
+
+
+_TEMPLATE_FIELDS = ("instruction", "system_prompt", "complete")
+
+
+def _templates(workflow: Workflow) -> list[tuple[int, str, str]]:
+    """(step index, field, text) of each template of `workflow`, in file order within each step."""
+    out = []
+    for index, step in enumerate(workflow.steps):
+        for name in _TEMPLATE_FIELDS:
+            text = getattr(step, name)
+            if isinstance(text, str):
+                out.append((index, name, text))
+    return out
+
+
+def _file_place(source: Source, where: Path_, offset: int) -> tuple[int, int]:
+    """The file's (line, column) of `offset` in the file's own text of the scalar at `where`."""
+    raw = source.raw(where)
+    if raw is None:
+        return source.at(where)
+    at = raw[1] + offset
+    return source.text.count("\n", 0, at) + 1, at - (source.text.rfind("\n", 0, at) + 1) + 1
+
+
+def _one_syntax(source: Source, workflow: Workflow) -> tuple[Workflow, dict[Path_, str] | None, list[Diagnostic]]:
+    """The workflow with its templates in Jinja2's syntax: as they are, or translated from the seed's (seed.py),
+    with the originals by path; or the problems: a file mixing the two syntaxes (the first marker in the file
+    decides), or a `${...}` that is not one of the seed's forms, each at its place."""
+    found = []  # (file place, kind, where, offset in the file's text of the scalar)
+    for index, name, text in _templates(workflow):
+        where = ("workflow", "steps", index, name)
+        raw = source.raw(where)
+        for offset, kind in markers(raw[0] if raw is not None else text):
+            found.append((_file_place(source, where, offset), kind))
+    if not found:
+        return workflow, None, []
+    found.sort()
+    (first_line, first_column), syntax = found[0]
+    problems = []
+    for (line, column), kind in found:
+        if kind != syntax:
+            writes = "${name}, the seed's syntax" if syntax == "seed" else "{{ name }}, Jinja2's syntax"
+            other = "Jinja2's {{ ... }} / {% ... %}" if kind == "jinja" else "the seed's ${...}"
+            problems.append(
+                Diagnostic(
+                    source.path,
+                    line,
+                    column,
+                    "error",
+                    f"this template mixes in {other}: the file writes its templates as {writes} "
+                    f"(first at {first_line}:{first_column})",
+                    "write every template of a file in one syntax",
+                )
+            )
+    if problems or syntax == "jinja":
+        return workflow, None, problems
+    originals: dict[Path_, str] = {}
+    steps = list(workflow.steps)
+    for index, name, text in _templates(workflow):
+        where = ("workflow", "steps", index, name)
+        try:
+            translated = translate(text).text
+        except SeedSyntaxError as error:
+            raw = source.raw(where)
+            try:  # the same error in the file's own text, for its place
+                translate(raw[0] if raw is not None else text)
+                line, column = source.at(where)
+            except SeedSyntaxError as in_file:
+                line, column = _file_place(source, where, in_file.offset)
+            step = steps[index].id
+            hint = "the seed's templates are ${name}, ${a.b[0]}, and ${foreach x in xs} ... ${/foreach}"
+            problems.append(Diagnostic(source.path, line, column, "error", f"step {step!r}: {name}: {error}", hint))
+            continue
+        originals[where] = text
+        written = {**steps[index]._written, name: text}
+        steps[index] = steps[index].model_copy(update={name: translated})
+        steps[index]._written = written
+    return workflow.model_copy(update={"steps": steps}), originals, problems
 
 
 def template_places(path: str | Path, workflow: Workflow) -> dict[str, list[tuple[int, int]]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import keyword
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
 
 __all__ = ["RESERVED_PARAMS", "Branch", "Foreach", "Param", "Shape", "Step", "Workflow", "WorkflowFile", "form_class"]
 
@@ -83,6 +83,12 @@ class Step(_Strict):
     foreach: Foreach | None = None
     system_prompt: str | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    # the templates as the file wrote them, by field, where they were translated from the seed's syntax (seed.py)
+    _written: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def written(self, field: str) -> Any:
+        """A field as the file wrote it (a template in the seed's syntax, not its translation)."""
+        return self._written.get(field, getattr(self, field))
 
 
 class Workflow(_Strict):
