@@ -36,12 +36,18 @@ def one_shot(body, limits=None):
 
 
 def test_limits_model():
-    assert Limits().model_dump() == {"max_depth": None, "max_tokens": None, "timeout": None}
-    a = Limits(max_depth=3, timeout=2.0)
+    assert Limits().model_dump() == {
+        "max_depth": None, "max_tokens": None, "timeout": None,
+        "max_tool_calls": None, "max_tool_depth": None, "tool_timeout": None,
+    }  # fmt: skip
+    a = Limits(max_depth=3, timeout=2.0, max_tool_calls=4)
     assert a.tighten(None) is a
-    assert a.tighten(Limits(max_depth=1, max_tokens=5, timeout=9)) == Limits(max_depth=1, max_tokens=5, timeout=2.0)
+    assert a.tighten(Limits(max_depth=1, max_tokens=5, timeout=9, max_tool_calls=9, tool_timeout=1)) == Limits(
+        max_depth=1, max_tokens=5, timeout=2.0, max_tool_calls=4, tool_timeout=1
+    )
     assert Limits(max_depth=0).max_depth == 0
-    for bad in ({"max_depth": -1}, {"max_tokens": 0}, {"timeout": 0}, {"timeout": -1.0}, {"depth": 1}):
+    bad_ones = ({"max_depth": -1}, {"max_tokens": 0}, {"timeout": 0}, {"timeout": -1.0}, {"depth": 1})
+    for bad in (*bad_ones, {"max_tool_calls": -1}, {"max_tool_depth": -1}, {"tool_timeout": 0}):
         with pytest.raises(ValidationError):
             Limits(**bad)
     assert issubclass(BranchDepthError, BranchError)

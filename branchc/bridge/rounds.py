@@ -31,9 +31,10 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from ..runtime import tracing
-from ..runtime.driver import advance, finish_phases, handoff_of
+from ..runtime.driver import advance
 from ..runtime.errors import BranchcError, ClientAnswerError, MissingCapabilityError, ToolPhaseError
 from ..runtime.machine import Machine, Request
+from ..runtime.phases import finish_phases, handoff_of
 from ..runtime.runstate import RunStateError, dump_run, load_run, pack_run, unpack_run
 from ..runtime.tool import Tool
 from .backchannel import client_capabilities

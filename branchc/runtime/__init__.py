@@ -3,7 +3,7 @@
 from .client import Client, ElicitAnswer, ElicitRequest, SampleRequest
 from .context import Context
 from .driver import Event, run_tool
-from .effects import All, Branch, Effect, Elicit, Log, Notify, Sample
+from .effects import All, Branch, CallTool, Effect, Elicit, Log, Notify, Sample
 from .elicit import ElicitExchange, ElicitResult
 from .errors import (
     BranchcError,
@@ -17,8 +17,14 @@ from .errors import (
     JsonDataError,
     MissingCapabilityError,
     ParamsError,
+    ToolCallError,
+    ToolCallInterruptedError,
+    ToolCallLimitError,
     ToolDefinitionError,
+    ToolDepthError,
+    ToolNotAllowedError,
     ToolPhaseError,
+    ToolTimeoutError,
 )
 from .limits import Limits
 from .messages import (
@@ -33,6 +39,7 @@ from .messages import (
     ToolSpec,
 )
 from .tool import Tool, resumable, tool
+from .toolcalls import ToolResult
 
 
 def _register_data_types() -> None:
@@ -44,14 +51,14 @@ def _register_data_types() -> None:
     from pydantic import BaseModel
 
     from ..continuation.registry import register_value_types
-    from . import client, context, effects, elicit, errors, limits, machine, messages
+    from . import client, context, effects, elicit, errors, limits, machine, messages, toolcalls
 
     def data(value: object) -> bool:
         return isinstance(value, type) and (
             issubclass(value, (BaseModel, Enum, Exception)) or dataclasses.is_dataclass(value)
         )
 
-    for module in (client, context, effects, elicit, errors, limits, machine, messages):
+    for module in (client, context, effects, elicit, errors, limits, machine, messages, toolcalls):
         register_value_types(*(v for v in vars(module).values() if data(v) and v.__module__ == module.__name__))
 
 
@@ -66,6 +73,7 @@ __all__ = [
     "BranchTimeoutError",
     "BranchTokenError",
     "BranchcError",
+    "CallTool",
     "Client",
     "ClientAnswerError",
     "Context",
@@ -92,10 +100,17 @@ __all__ = [
     "SampleResult",
     "Tool",
     "ToolCall",
+    "ToolCallError",
     "ToolCallFunction",
+    "ToolCallInterruptedError",
+    "ToolCallLimitError",
     "ToolDefinitionError",
+    "ToolDepthError",
+    "ToolNotAllowedError",
     "ToolPhaseError",
+    "ToolResult",
     "ToolResultMessage",
+    "ToolTimeoutError",
     "ToolSpec",
     "resumable",
     "run_tool",

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ..continuation.snapshots import ContextHandle
-from .effects import LOG_LEVELS, All, Branch, Elicit, Log, Notify, Sample
+from .effects import LOG_LEVELS, All, Branch, CallTool, Elicit, Log, Notify, Sample
 from .errors import format_validation_errors
 from .jsondata import check_json_data
 from .limits import Limits
@@ -62,6 +62,7 @@ class BranchState:
     system_prompt: str | None = None
     children: int = 0
     timed_out: bool = False
+    tools: tuple[str, ...] | None = None  # the tools it may call (`ctx.branch(..., tools=)`); None: any
 
 
 class Context(ContextHandle):
@@ -181,9 +182,11 @@ class Context(ContextHandle):
         max_depth: int | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        tools: list[str] | None = None,
         **kwargs: Any,
     ) -> Branch:
-        """Run `fn(sub_ctx, *args, **kwargs)` as a sub-branch; yields its return value."""
+        """Run `fn(sub_ctx, *args, **kwargs)` as a sub-branch; yields its return value. `tools`: the only tools it
+        may call (and its own branches): names of this server's tools, `SERVER:TOOL` or `SERVER:*` upstream."""
         name = getattr(fn, "__qualname__", repr(fn))
         if not getattr(fn, "__branchc_resumable__", False):
             raise TypeError(
@@ -194,6 +197,8 @@ class Context(ContextHandle):
         except ValidationError as error:
             lines = "\n".join(f"  {e}" for e in format_validation_errors(error))
             raise ValueError(f"ctx.branch({name}): bad limit:\n{lines}") from None
+        if tools is not None and (isinstance(tools, str) or not all(isinstance(name, str) and name for name in tools)):
+            raise TypeError(f"ctx.branch({name}, tools=...): give a list of tool names, like ['lookup', 'docs:search']")
         return Branch(
             fn=fn,
             args=args,
@@ -203,13 +208,39 @@ class Context(ContextHandle):
             max_depth=max_depth,
             max_tokens=max_tokens,
             timeout=timeout,
+            tools=None if tools is None else tuple(tools),
+        )
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        server: str | None = None,
+        tool_call_id: str | None = None,
+    ) -> CallTool:
+        """Call a tool of this server, or of the upstream MCP server `server`; yields its ToolResult. The call and
+        its result join this branch's history as a tool_use and its tool_result; `tool_call_id`: the id of the
+        model's tool_use this call answers (that tool_use is in the history already: only the result joins)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"ctx.call_tool(name={name!r}): give the tool's name")
+        where = f"ctx.call_tool({name!r}, arguments=...)"
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, dict):
+            raise TypeError(f"{where}: give the arguments as a dict, not a {type(arguments).__name__}")
+        check_json_data(arguments, where, "pass JSON data (convert values first)")
+        for label, value in (("server", server), ("tool_call_id", tool_call_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise TypeError(f"ctx.call_tool({name!r}, {label}={value!r}): give a non-empty str, or leave it out")
+        return CallTool(
+            name=name, arguments=json.loads(json.dumps(arguments)), server=server, tool_call_id=tool_call_id
         )
 
     def all(self, effects: list[Any]) -> All:
         """Run effects (usually branches) concurrently; yields their results in order."""
         effects = tuple(effects)
         for index, effect in enumerate(effects):
-            if not isinstance(effect, (Sample, Elicit, Log, Notify, Branch, All)):
+            if not isinstance(effect, (Sample, Elicit, Log, Notify, Branch, All, CallTool)):
                 raise TypeError(
                     f"ctx.all(): item {index} is a {type(effect).__name__}, not an effect; "
                     f"pass effects such as ctx.branch(fn)"

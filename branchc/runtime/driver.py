@@ -9,13 +9,12 @@ feeds each answer as it arrives, and enforces deadlines on the requests in fligh
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import math
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
@@ -23,6 +22,7 @@ import anyio
 from pydantic import BaseModel
 
 from ..continuation.errors import NotSerializableError
+from .calling import ToolCaller, apply, interrupt_started
 from .client import Client
 from .context import BranchState
 from .errors import (
@@ -32,15 +32,14 @@ from .errors import (
     ToolDefinitionError,
     ToolPhaseError,
 )
-from .jsondata import check_phase_data
 from .limits import Limits
 from .machine import Machine, Request
-from .returns import frame_of, returned_from, returned_place
+from .phases import finish_phases, handoff_of
 from .runstate import RunStateError, dump_run, load_run
 from .steps import StepElsewhereError
 from .tool import Tool
 
-__all__ = ["Checkpoint", "Event", "RunTakenOverError", "finish_phases", "handoff_of", "resume_tool", "run_tool"]
+__all__ = ["Checkpoint", "Event", "RunTakenOverError", "resume_tool", "run_tool"]
 
 Event = dict[str, Any]
 
@@ -71,6 +70,7 @@ async def run_tool(
     portable: bool = False,
     checkpoint: Checkpoint | None = None,
     executor: Executor | None = None,
+    tools: Mapping[str, Tool] | None = None,
 ) -> Any:
     """Run `tool` with `params` against `client`; return after()'s result.
 
@@ -85,6 +85,8 @@ async def run_tool(
     compiled tool too.
     `executor`: the steps of sub-branches run there, in parallel, with the same results, requests and
     order as without it (machine.py, steps.py); needs a compiled tool too.
+    `tools`: the tools `ctx.call_tool(name)` may call on this side, by name (their before() and after() run
+    here, their client phase as a sub-run of this one); any other call goes to `client.call_tool`.
     """
     if tool.client_fn is None:
         raise ToolDefinitionError(
@@ -105,6 +107,7 @@ async def run_tool(
     run = _Run(tool, client, call_id or os.urandom(6).hex(), tool.limits.tighten(limits), on_event, portable)
     run.checkpoint = checkpoint
     run.executor = executor
+    run.caller = ToolCaller(tools, client, limits)
     return await run.run(model)
 
 
@@ -116,10 +119,12 @@ async def resume_tool(
     on_event: Callable[[Event], None] | None = None,
     checkpoint: Checkpoint | None = None,
     executor: Executor | None = None,
+    tools: Mapping[str, Tool] | None = None,
 ) -> Any:
     """Continue the run saved as `saved` (runstate.dump_run's text, at a suspension) against `client`: the
     rest of its client phase, then after(); return after()'s result. The run keeps the limits and call id
-    it was saved with. RunStateError when the text is not a run this tool's code can continue."""
+    it was saved with. RunStateError when the text is not a run this tool's code can continue. A tool call
+    that was under way when the run was saved is not made again (ToolCallInterruptedError at its yield)."""
     handoff, machine = load_run(saved, emit=on_event and _Run.emit_to(on_event))
     if machine.tool != tool.name:
         machine.release()
@@ -132,6 +137,8 @@ async def resume_tool(
     run = _Run(tool, client, machine.call_id, machine.limits, on_event)
     run.checkpoint = checkpoint
     run.executor = executor
+    run.caller = ToolCaller(tools, client, None)
+    interrupt_started(machine)
     return await run.finish(handoff, machine)
 
 
@@ -156,47 +163,6 @@ def _check_capabilities(tool: Tool, client: Client) -> None:
         )
 
 
-async def handoff_of(tool: Tool, params: BaseModel) -> Any:
-    """What the client phase starts from: before()'s value, checked (an error names its `return`), or else
-    the params as JSON that validates back to them."""
-    if tool.before_fn is None:
-        return params.model_dump(mode="json", round_trip=True)
-    handoff, returned_at = await _run_phase(tool, "before", tool.before_fn, params)
-    check_phase_data(handoff, "handoff", "before", tool.before_fn, returned_at)
-    return handoff
-
-
-async def _run_phase(tool: Tool, phase: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[], Any]]:
-    """Run before() or after(), sync or async: (what it returned, a function giving the file:line of the `return`
-    that gave it); what escapes it is a ToolPhaseError."""
-    frame = None
-    try:
-        value = fn(*args)
-        if inspect.isawaitable(value):
-            frame = frame_of(value)
-            value = await value
-    except Exception as error:
-        raise ToolPhaseError(tool.name, phase, error) from error
-    return value, (lambda: returned_from(frame)) if frame is not None else (lambda: returned_place(fn))
-
-
-async def finish_phases(tool: Tool, handoff: Any, machine: Machine, emit: Callable[..., None] | None = None) -> Any:
-    """The result of a run whose client phase returned: the client's value handed to after() (when the tool
-    has one), each checked where it crosses over (JSON data; the `output=` model, whose instances may be
-    returned as they are), every error naming the `return` that gave the value."""
-    result = tool.as_data(machine.result)
-    returned_at = machine.returned_at
-    check_phase_data(result, "client_result", "client", tool.client_fn, lambda: returned_at)
-    if emit is not None:
-        emit("client_result", result=result)
-    where: Callable[[], Any] = lambda: returned_at  # noqa: E731
-    if tool.after_fn is not None:
-        result, where = await _run_phase(tool, "after", tool.after_fn, handoff, result)
-        result = tool.as_data(result)
-        check_phase_data(result, "result", "after", tool.after_fn, where)
-    return tool.check_output(result, where)
-
-
 class _Run:
     def __init__(
         self, tool: Tool, client: Client, call_id: str, limits: Limits, on_event, portable: bool = False
@@ -211,6 +177,7 @@ class _Run:
         self.elicits = 0
         self.checkpoint: Checkpoint | None = None
         self.executor: Executor | None = None
+        self.caller = ToolCaller(None, client)
 
     @staticmethod
     def emit_to(on_event: Callable[[Event], None]) -> Callable[..., None]:
@@ -288,6 +255,9 @@ class _Run:
                             asked.pop(key).cancel()
                     if machine.done:
                         break
+                    for entry in machine.ready_calls():
+                        if entry.key not in asked:
+                            machine.start_call(entry.key)  # saved so: a run restored mid-call is not called again
                     if self.portable or self.checkpoint is not None:
                         try:
                             machine = await self._travel(handoff, machine)
@@ -308,11 +278,29 @@ class _Run:
                         if request.key not in asked:
                             asked[request.key] = anyio.CancelScope()
                             group.start_soon(self._ask, request, asked[request.key], send)
+                    for entry in machine.ready_calls():
+                        if entry.key not in asked:
+                            asked[entry.key] = anyio.CancelScope()
+                            group.start_soon(self._call, entry, asked[entry.key], send)
                     # answered requests are not held here past their answer: their sample's message list would
                     # hold every message of the history once more when the run is next saved (runstate._history)
                     pending = request = None
                     key, how, value = await receive.receive()
                     del asked[key]
+                    if how == "call":
+                        if not apply(machine, key, value):
+                            continue  # a tool of this side runs its client phase now, or waits on its questions
+                        if self.checkpoint is not None:  # the outcome is written down before the run moves on
+                            kind, outcome = value
+                            shown = outcome.model_dump(mode="json") if kind == "result" else outcome
+                            try:
+                                await self.checkpoint.answering(key, "answer" if kind == "result" else "error", shown)
+                                machine = await self._travel(handoff, machine)
+                            except RunTakenOverError as error:
+                                unsaved = error
+                                break
+                        machine.settle_calls()
+                        continue
                     if self.checkpoint is not None:
                         try:
                             await self.checkpoint.answering(key, how, value)
@@ -388,6 +376,11 @@ class _Run:
             if timer.cancelled_caught:
                 outcome = ("timeout", None)
             await send.send((request.key, *outcome))
+
+    async def _call(self, entry: Any, dropped: anyio.CancelScope, send: Any) -> None:
+        """Make one tool call's next step; `dropped` is cancelled when the machine no longer needs it."""
+        with dropped:
+            await send.send((entry.key, "call", await self.caller.make(entry)))
 
     async def _send_cleanup(self, machine: Machine) -> None:
         """A halted run's last logs and notes: given CLEANUP_SEND_TIMEOUT seconds in all (not each: a client

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from .messages import ModelPreferences, ToolSpec
 
-__all__ = ["LOG_LEVELS", "All", "Branch", "Effect", "Elicit", "Log", "Notify", "Sample"]
+__all__ = ["LOG_LEVELS", "All", "Branch", "CallTool", "Effect", "Elicit", "Log", "Notify", "Sample"]
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -66,8 +66,22 @@ class Notify:
 
 
 @dataclass(frozen=True, slots=True)
+class CallTool:
+    """Call a tool: one of this server (`server` None) or of an upstream MCP server. `tool_call_id`: the id of
+    the model's tool_use this call answers (its tool_use is in the history already), else None."""
+
+    name: str
+    arguments: dict[str, Any]
+    server: str | None = None
+    tool_call_id: str | None = None
+
+    kind = "call_tool"
+
+
+@dataclass(frozen=True, slots=True)
 class Branch:
-    """Run `fn(sub_ctx, *args, **kwargs)` as a sub-branch with its own history."""
+    """Run `fn(sub_ctx, *args, **kwargs)` as a sub-branch with its own history; `tools`: the tools it may call
+    (None: those its parent may)."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
@@ -77,6 +91,7 @@ class Branch:
     max_depth: int | None = None
     max_tokens: int | None = None
     timeout: float | None = None
+    tools: tuple[str, ...] | None = None
 
     kind = "branch"
 
@@ -94,4 +109,4 @@ class All:
     kind = "all"
 
 
-Effect = Sample | Elicit | Log | Notify | Branch | All
+Effect = Sample | Elicit | Log | Notify | Branch | All | CallTool

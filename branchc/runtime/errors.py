@@ -125,6 +125,32 @@ class BranchTimeoutError(BranchError):
     pass
 
 
+class ToolCallError(BranchcError, RuntimeError):
+    """A tool call (`ctx.call_tool`) that could not be made; thrown into the generator at its yield. A call that
+    was made and failed is no error: its ToolResult has `is_error`."""
+
+
+class ToolCallLimitError(ToolCallError):
+    """More tool calls than the run may make (`Limits.max_tool_calls`)."""
+
+
+class ToolDepthError(ToolCallError):
+    """A tool called through more tools than `Limits.max_tool_depth` (a tool calling itself through another)."""
+
+
+class ToolTimeoutError(ToolCallError):
+    """A tool call that took longer than `Limits.tool_timeout`."""
+
+
+class ToolNotAllowedError(ToolCallError):
+    """A tool the branch may not call (`ctx.branch(..., tools=[...])`), or that no server here has."""
+
+
+class ToolCallInterruptedError(ToolCallError):
+    """A tool call that was under way when its run's process stopped: whether it took effect is unknown, so it is
+    not made again (a crash never calls a tool twice for one step); the run sees this at the call's yield."""
+
+
 class ToolPhaseError(BranchcError, RuntimeError):
     """An exception escaped a tool phase; the original is `__cause__`."""
 

@@ -15,6 +15,9 @@ class Limits(BaseModel):
     - `max_depth`: deepest branch nesting allowed (the client phase is depth 0).
     - `max_tokens`: token budget of a branch and everything below it.
     - `timeout`: seconds a branch (or the whole client phase) may run.
+    - `max_tool_calls`: tool calls (`ctx.call_tool`) a run may make, its tools' own runs included.
+    - `max_tool_depth`: how deep tools may call tools (a tool calling itself through another stops there).
+    - `tool_timeout`: seconds one tool call may take.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -22,16 +25,15 @@ class Limits(BaseModel):
     max_depth: int | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
     timeout: float | None = Field(None, gt=0)
+    max_tool_calls: int | None = Field(None, ge=0)
+    max_tool_depth: int | None = Field(None, ge=0)
+    tool_timeout: float | None = Field(None, gt=0)
 
     def tighten(self, other: Limits | None) -> Limits:
         """The tightest of both, field by field."""
         if other is None:
             return self
-        return Limits(
-            max_depth=_least(self.max_depth, other.max_depth),
-            max_tokens=_least(self.max_tokens, other.max_tokens),
-            timeout=_least(self.timeout, other.timeout),
-        )
+        return Limits(**{name: _least(getattr(self, name), getattr(other, name)) for name in Limits.model_fields})
 
 
 def _least(a, b):

@@ -44,7 +44,7 @@ from ..continuation.generator import is_compiled, release, suspended_at
 from . import steps, tracing
 from .client import ElicitAnswer, ElicitRequest, SampleRequest
 from .context import BranchState, Context, TokenAccount
-from .effects import All, Branch, Elicit, Log, Notify, Sample
+from .effects import All, Branch, CallTool, Elicit, Log, Notify, Sample
 from .elicit import ElicitExchange, ElicitResult, elicit_call_id
 from .errors import (
     BranchDepthError,
@@ -54,20 +54,25 @@ from .errors import (
     EffectTypeError,
     ElicitValidationError,
     JsonDataError,
+    ToolCallLimitError,
+    ToolDepthError,
+    ToolNotAllowedError,
     format_validation_errors,
 )
 from .jsondata import check_json_data
 from .limits import Limits, estimate_tokens
 from .messages import AssistantToolCallMessage, Message, SampleResult
 from .returns import frame_of, returned_from
+from .toolcalls import ToolCallState, ToolResult, tool_call_id
 
-__all__ = ["CLEANUP_EFFECTS", "EFFECTS", "Machine", "Request"]
+__all__ = ["CLEANUP_EFFECTS", "EFFECTS", "Call", "Machine", "Request"]
 
-EFFECTS = (Sample, Elicit, Log, Notify, Branch, All)
+EFFECTS = (Sample, Elicit, Log, Notify, Branch, All, CallTool)
 #: Effects a halted branch may still perform (in its finally blocks).
 CLEANUP_EFFECTS = (Log, Notify)
 
-# Where an outcome goes: ["b", branch id] (the branch's own yield) or ["s", group id, slot].
+# Where an outcome goes: ["b", branch id] (the branch's own yield), ["s", group id, slot], ["c", call key] (a tool
+# call's own sub-run returned) or ["c", call key, question key] (a question a tool upstream asked, answered).
 Where = list[Any]
 
 
@@ -88,6 +93,17 @@ class Request:
     elicit: ElicitRequest | None = None
     schema: type[BaseModel] | None = None
     context: Any = None
+
+
+@dataclass
+class Call:
+    """A tool call the run waits on (`ctx.call_tool`): made by the driver, fed back by `finish_call`."""
+
+    key: str  # unique in the run and stable across rounds: "tool-1"
+    branch: str
+    where: Where
+    number: int  # the run's tool call number
+    call: ToolCallState
 
 
 @dataclass
@@ -124,6 +140,8 @@ class Machine:
         self.branches: dict[str, _Branch] = {}
         self.groups: dict[str, _Group] = {}
         self.requests: dict[str, Request] = {}  # unanswered, in the order they were made
+        self.calls: dict[str, Call] = {}  # tool calls not yet fed back, in the order they were made
+        self.tool_calls = 0
         self.ready: deque[tuple[str, bool, Any]] = deque()  # (branch, ok, value or error)
         self.outbox: list[tuple[Any, ...]] = []  # ("log", level, message) / ("notify", message, progress, total)
         self.cancelled: list[str] = []  # requests dropped since the driver last looked
@@ -137,7 +155,10 @@ class Machine:
 
     # -- saving between rounds -------------------------------------------------------------------
 
-    _SAVED = ("tool", "call_id", "limits", "samples", "elicits", "groups_made", "branches", "groups", "requests")
+    _SAVED = (
+        "tool", "call_id", "limits", "samples", "elicits", "groups_made", "branches", "groups", "requests", "calls",
+        "tool_calls",
+    )  # fmt: skip
 
     def saved(self) -> dict[str, Any]:
         """What a round carries to the next (for the snapshot codec); only when every branch waits."""
@@ -174,7 +195,7 @@ class Machine:
         self.released = True
         if self.spans is not None:
             self.spans.close("suspended")  # its branches go on from the saved copy; their spans end here
-        self.branches, self.groups, self.requests = {}, {}, {}
+        self.branches, self.groups, self.requests, self.calls = {}, {}, {}, {}
         self.ready.clear()
         self.outbox.clear()
         self.cancelled.clear()
@@ -329,6 +350,9 @@ class Machine:
                 branch.state.timed_out = True  # told: its own deadline is why what it waited on timed out
             self.ready.append((where[1], ok, value))
             return
+        if where[0] == "c":
+            self._delivered_to_call(where, ok, value)
+            return
         _, ident, slot = where
         group = self.groups[ident]
         del group.waiting[slot]
@@ -341,6 +365,30 @@ class Machine:
         if not group.waiting:
             del self.groups[ident]
             self._deliver(group.parent, group.failure is None, group.results if group.failure is None else value)
+
+    def _delivered_to_call(self, where: Where, ok: bool, value: Any) -> None:
+        """A tool call's sub-run ended (its client result, for its after(); a failure is the tool's error
+        result), or one of its upstream questions was answered (its reply; a failed one fails the call)."""
+        entry = self.calls.get(where[1])
+        if entry is None:
+            return  # dropped meanwhile
+        call = entry.call
+        if len(where) == 2:
+            if ok:
+                call.phase, call.result = "after", value
+            else:
+                text = f"{call.name}: client() failed: {type(value).__name__}: {value}"
+                self.finish_call(entry.key, True, ToolResult.failed(text))
+            return
+        if not ok:
+            for other in call.asked.values():  # its other questions are not needed any more
+                if other in self.requests:
+                    self._drop(other)
+            self.finish_call(entry.key, False, value)
+            return
+        call.replies[where[2]] = value
+        if len(call.replies) == len(call.asked):
+            call.phase = "call"
 
     # -- effects ------------------------------------------------------------------------------
 
@@ -364,6 +412,8 @@ class Machine:
                 return self._sample(effect, where, branch)
             if isinstance(effect, Elicit):
                 return self._elicit(effect, where, branch)
+            if isinstance(effect, CallTool):
+                return self._call_tool(effect, where, branch)
             return self._branch(effect, where, branch)
         except Exception as error:
             return False, error
@@ -464,6 +514,7 @@ class Machine:
             parent_messages=tuple(parent.messages),
             parent_system_prompt=parent.system_prompt,
             system_prompt=effect.system_prompt if effect.system_prompt is not None else parent.system_prompt,
+            tools=_narrowed(parent.tools, effect.tools),
         )
         self.emit(
             "branch",
@@ -481,6 +532,146 @@ class Machine:
         self.branches[child.id] = _Branch(child, generator, where)
         self.ready.append((child.id, True, None))
         return child.id
+
+    def _call_tool(self, effect: CallTool, where: Where, branch: BranchState) -> str:
+        shown = effect.name if effect.server is None else f"{effect.server}:{effect.name}"
+        if not _allowed(branch.tools, effect.server, effect.name):
+            raise ToolNotAllowedError(
+                f"{branch.name}: ctx.call_tool({shown!r}): this branch may call only {', '.join(branch.tools or ())} "
+                f"(ctx.branch(..., tools=[...]))"
+            )
+        limits = self.limits
+        if limits.max_tool_calls is not None and self.tool_calls >= limits.max_tool_calls:
+            raise ToolCallLimitError(
+                f"{branch.name}: ctx.call_tool({shown!r}) would be tool call {self.tool_calls + 1} of a run that may "
+                f"make {limits.max_tool_calls} (Limits.max_tool_calls)"
+            )
+        depth = self._tool_depth(branch.id) + 1
+        if limits.max_tool_depth is not None and depth > limits.max_tool_depth:
+            raise ToolDepthError(
+                f"{branch.name}: ctx.call_tool({shown!r}) would run {depth} tools deep, past max_tool_depth "
+                f"{limits.max_tool_depth} (a tool that calls itself through others stops here)"
+            )
+        self.tool_calls += 1
+        number = self.tool_calls
+        deadline = branch.deadline
+        if limits.tool_timeout is not None:
+            deadline = _least(deadline, time.time() + limits.tool_timeout)
+        state = ToolCallState(
+            name=effect.name,
+            arguments=effect.arguments,
+            server=effect.server,
+            id=effect.tool_call_id or tool_call_id(self.call_id, number),
+            answers=effect.tool_call_id is not None,
+            deadline=deadline,
+        )
+        key = f"tool-{number}"
+        self.calls[key] = Call(key, branch.id, where, number, state)
+        self.emit("call_tool", branch, key=key, name=effect.name, server=effect.server, arguments=effect.arguments)
+        return key
+
+    def _tool_depth(self, ident: str) -> int:
+        """How many tools of this server run below the client phase at branch `ident` (each one's sub-run)."""
+        depth = 0
+        while ident in self.branches:
+            parent = self.branches[ident].parent
+            if parent is None:
+                break
+            if parent[0] == "c":
+                depth += 1
+                call = self.calls.get(parent[1])
+                if call is None:
+                    break
+                ident = call.branch
+            elif parent[0] == "s":
+                ident = self.groups[parent[1]].branch if parent[1] in self.groups else ""
+            else:
+                ident = parent[1]
+        return depth
+
+    # -- tool calls: what drivers do --------------------------------------------------------------
+
+    def ready_calls(self) -> list[Call]:
+        """The tool calls a driver has to work on now: to make (or `before()`), or to finish (`after()`), and
+        not come back yet; a call running its sub-run or waiting for answers to its questions is not ready."""
+        return [c for c in self.calls.values() if c.call.phase in ("call", "after") and c.call.outcome is None]
+
+    def start_call(self, key: str) -> None:
+        """A driver begins call `key` (to be saved before it goes out: a run restored mid-call is told so)."""
+        self.calls[key].call.started = True
+
+    def record_call(self, key: str, ok: bool, value: Any) -> None:
+        """Call `key` came back: a ToolResult (`ok`), or the error to raise at its yield. Kept until
+        `settle_calls()` feeds it, so a driver that saves the run between the two never makes the call again."""
+        call = self.calls[key].call
+        if ok and not isinstance(value, ToolResult):
+            raise TypeError(f"the outcome of tool call {key!r} is a ToolResult, not a {type(value).__name__}")
+        call.outcome = (ok, value)
+
+    def settle_calls(self) -> None:
+        """Feed every tool call that came back to the branch that made it; its result joins the branch's history."""
+        for key in [key for key, c in self.calls.items() if c.call.outcome is not None]:
+            entry = self.calls.pop(key)
+            ok, value = entry.call.outcome
+            if ok:
+                asker = self.branches.get(entry.branch)
+                if asker is not None:
+                    asker.state.messages.extend([*entry.call.history(), entry.call.answered(value)])
+                self.emit("tool_result", asker.state if asker else None, key=key, is_error=value.is_error)
+            self._deliver(entry.where, ok, value)
+
+    def finish_call(self, key: str, ok: bool, value: Any) -> None:
+        """record_call and settle_calls at once (a driver that keeps the run nowhere in between)."""
+        self.record_call(key, ok, value)
+        self.settle_calls()
+
+    def run_tool_client(self, key: str, client_fn: Any, handoff: Any, limits: Limits, name: str) -> None:
+        """Call `key` is of a tool of this server, whose before() handed on `handoff`: its client phase runs
+        as a sub-run of this run, a branch with the tool's own limits (within what is left of the caller's
+        deadline and tokens), whose return value goes to the call's after()."""
+        entry = self.calls[key]
+        caller = self.branches[entry.branch].state
+        entry.call.phase, entry.call.handoff, entry.call.started = "running", handoff, False
+        caller.children += 1
+        deadline = _least(caller.deadline, entry.call.deadline)
+        if limits.timeout is not None:
+            deadline = _least(deadline, time.time() + limits.timeout)
+        depth = caller.depth + 1
+        root = BranchState(
+            id=f"{caller.id}.{caller.children}",
+            name=name,
+            depth=depth,
+            max_depth=_least(caller.max_depth, None if limits.max_depth is None else depth + limits.max_depth),
+            deadline=deadline,
+            tokens=TokenAccount(limits.max_tokens, caller.tokens),
+            tools=caller.tools,
+        )
+        self.emit("branch", root, parent=caller.id, name=name, function=name, inherit_messages=False)
+        generator = client_fn(handoff, Context(root))
+        self.branches[root.id] = _Branch(root, generator, ["c", key])
+        self.ready.append((root.id, True, None))
+
+    def ask_for_call(self, key: str, state: str, questions: dict[str, SampleRequest | ElicitRequest]) -> None:
+        """A tool upstream answered call `key` with questions (its InputRequiredResult, `state` its request_state):
+        each waits as a request of this run, for this run's client; once all are answered the call is ready
+        again, to be sent their answers (`call.replies`) with the state."""
+        entry = self.calls[key]
+        call = entry.call
+        call.phase, call.upstream_state, call.started, call.replies = "asking", state, False, {}
+        call.asked = {}
+        for upstream_key, question in questions.items():
+            if isinstance(question, SampleRequest):
+                self.samples += 1
+                number, request_key = self.samples, f"sample-{self.samples}"
+                request = Request(request_key, entry.branch, ["c", key, upstream_key], "sample", number,
+                                  call.deadline, sample=question)  # fmt: skip
+            else:
+                self.elicits += 1
+                number, request_key = self.elicits, f"elicit-{self.elicits}"
+                request = Request(request_key, entry.branch, ["c", key, upstream_key], "elicit", number,
+                                  call.deadline, elicit=question)  # fmt: skip
+            self.requests[request_key] = request
+            call.asked[upstream_key] = request_key
 
     def _all(self, effect: All, where: Where, branch: BranchState) -> tuple[bool, Any] | str:
         self.groups_made += 1
@@ -512,8 +703,14 @@ class Machine:
         request = self.requests.pop(key)
         branch = self.branches[request.branch].state
         try:
-            if request.kind == "sample":
-                value: Any = self._sample_answer(request, answer, branch)
+            if request.where[0] == "c":  # a question of a tool upstream: its answer goes back to it as it is
+                value: Any = (
+                    _sample_result(answer, request.number)
+                    if request.kind == "sample"
+                    else _parse_elicit_answer(answer, request.elicit.key, request.number)
+                )
+            elif request.kind == "sample":
+                value = self._sample_answer(request, answer, branch)
             else:
                 value = self._elicit_answer(request, answer, branch)
         except Exception as error:
@@ -630,6 +827,15 @@ class Machine:
                         failure.add_note(f"also, while halting: {type(error).__name__}: {error}")
             if failure is not None:
                 raise failure
+        elif wait in self.calls:
+            entry = self.calls.pop(wait)
+            self.cancelled.append(wait)  # the driver stops making it
+            for other in entry.call.asked.values():
+                if other in self.requests:
+                    self._drop(other)
+            for ident, branch in list(self.branches.items()):
+                if branch.parent == ["c", wait]:  # its sub-run
+                    self._halt_branch(ident)
         elif wait in self.branches:
             self._halt_branch(wait)
 
@@ -680,6 +886,36 @@ class Machine:
             f"{self.tool}: {branch.name} yielded a {kind} at {place}, which is not an "
             f"effect; yield what ctx makes (ctx.sample, ctx.elicit, ctx.log, ctx.notify, ctx.branch, ctx.all)"
         )
+
+
+def _allowed(tools: tuple[str, ...] | None, server: str | None, name: str) -> bool:
+    """Whether a branch that may call `tools` (None: any) may call `name` (of `server`, None: this one)."""
+    if tools is None:
+        return True
+    if server is None:
+        return name in tools or "*" in tools
+    return f"{server}:{name}" in tools or f"{server}:*" in tools
+
+
+def _narrowed(parent: tuple[str, ...] | None, own: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """A child branch's tools: its own list, within its parent's (a branch cannot give itself more)."""
+    if own is None:
+        return parent
+    if parent is None:
+        return own
+    kept: list[str] = []
+    for entry in own:
+        server, name = _split_tool(entry)
+        if name == "*":  # all of a server's: as many of them as the parent may call
+            kept += [p for p in parent if _split_tool(p)[0] == server or p == entry]
+        elif _allowed(parent, server, name):
+            kept.append(entry)
+    return tuple(dict.fromkeys(kept))
+
+
+def _split_tool(entry: str) -> tuple[str | None, str]:
+    server, sep, name = entry.partition(":")
+    return (server, name) if sep else (None, entry)
 
 
 def _least(a: Any, b: Any) -> Any:

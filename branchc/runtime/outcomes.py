@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from ..continuation.generator import is_compiled
 from ..continuation.registry import meta_of
 from .context import Context
-from .effects import All, Branch, Elicit, Log, Notify, Sample
+from .effects import All, Branch, CallTool, Elicit, Log, Notify, Sample
 from .messages import (
     AssistantToolCallMessage,
     Message,
@@ -121,7 +121,9 @@ def rebuild_effect(effect: Any, ctx: Context, bounds: EffectBounds = BOUNDS) -> 
     return _effect(effect, ctx, "the effect", 0, _Work(bounds))
 
 
-_BRANCH_OPTIONS = frozenset({"self", "fn", "inherit_messages", "system_prompt", "max_depth", "max_tokens", "timeout"})
+_BRANCH_OPTIONS = frozenset(
+    {"self", "fn", "inherit_messages", "system_prompt", "max_depth", "max_tokens", "timeout", "tools"}
+)
 
 
 def _effect(effect: Any, ctx: Context, where: str, nesting: int, work: _Work) -> Any:
@@ -151,6 +153,13 @@ def _effect(effect: Any, ctx: Context, where: str, nesting: int, work: _Work) ->
             )
         if kind is Branch:
             return _branch(effect, ctx, where)
+        if kind is CallTool:
+            return ctx.call_tool(
+                _text(effect.name, f"{where}.name"),
+                _data(_exactly(effect.arguments, dict, f"{where}.arguments"), f"{where}.arguments", work, 0),
+                server=_optional(effect.server, str, f"{where}.server"),
+                tool_call_id=_optional(effect.tool_call_id, str, f"{where}.tool_call_id"),
+            )
         if kind is All:
             if nesting >= work.bounds.max_nesting:
                 raise OutcomeRefused(
@@ -210,8 +219,16 @@ def _branch(effect: Branch, ctx: Context, where: str) -> Branch:
         max_depth=_optional(effect.max_depth, int, f"{where}.max_depth"),
         max_tokens=_optional(effect.max_tokens, int, f"{where}.max_tokens"),
         timeout=_number(effect.timeout, f"{where}.timeout"),
+        tools=_names(effect.tools, f"{where}.tools"),
         **kwargs,
     )
+
+
+def _names(value: Any, where: str) -> list[str] | None:
+    if value is None:
+        return None
+    names = _exactly(value, tuple, where)
+    return [_text(name, f"{where}[{index}]") for index, name in enumerate(names)]
 
 
 _MODEL_METACLASS = type(BaseModel)

@@ -35,8 +35,9 @@ from .client import ElicitRequest, SampleRequest
 from .context import BranchState, Context
 from .errors import BranchcError
 from .limits import Limits
-from .machine import Machine, Request, _Branch
+from .machine import Call, Machine, Request, _Branch
 from .messages import Message
+from .toolcalls import ToolCallState, ToolResult
 
 __all__ = [
     "MAX_RUN_BYTES",
@@ -240,7 +241,7 @@ def _machine_entry(machine: Machine, child: Any, path: Any) -> dict:
                 child(request.context, (path, request.key, ".{}")),
             ]
         )
-    return {
+    entry = {
         "t": "machine",
         "tool": machine.tool,
         "call": machine.call_id,
@@ -250,17 +251,30 @@ def _machine_entry(machine: Machine, child: Any, path: Any) -> dict:
         "groups": child(machine.groups, path),
         "requests": requests,
     }
+    if machine.tool_calls:  # a run that made tool calls: their count, and those it waits on (a run without says none)
+        entry["counts"].append(machine.tool_calls)
+        entry["calls"] = [
+            [c.key, c.branch, child(c.where, path), c.number, child(c.call, (path, c.key))]
+            for c in machine.calls.values()
+        ]
+    return entry
 
 
 def _decode_machine(entry: dict, child: Any, path: str) -> dict[str, Any]:
     """Machine.saved()'s dict from `_machine_entry`'s entry, every part checked for its kind."""
-    if entry.keys() != {"t", "tool", "call", "limits", "counts", "branches", "groups", "requests"}:
-        raise SnapshotDataError(path, "a machine entry is {t, tool, call, limits, counts, branches, groups, requests}")
+    if entry.keys() - {"calls"} != _MACHINE_FIELDS:
+        raise SnapshotDataError(
+            path, "a machine entry is {t, tool, call, limits, counts, branches, groups, requests} and perhaps calls"
+        )
     tool, call, counts = entry["tool"], entry["call"], entry["counts"]
     if type(tool) is not str or type(call) is not str:
         raise SnapshotDataError(f"{path}.tool", "expected the tool's name and the call's id")
-    if type(counts) is not list or len(counts) != 3 or any(type(count) is not int for count in counts):
-        raise SnapshotDataError(f"{path}.counts", "expected [samples, elicitations, groups]")
+    if (
+        type(counts) is not list
+        or len(counts) != (4 if "calls" in entry else 3)
+        or any(type(count) is not int for count in counts)
+    ):
+        raise SnapshotDataError(f"{path}.counts", "expected [samples, elicitations, groups] and tool calls with calls")
     limits = child(entry["limits"], f"{path}.limits")
     if type(limits) is not Limits:
         raise SnapshotDataError(f"{path}.limits", "expected the run's limits")
@@ -302,7 +316,59 @@ def _decode_machine(entry: dict, child: Any, path: str) -> dict[str, Any]:
         "branches": saved_branches,
         "groups": groups,
         "requests": saved_requests,
+        "calls": _decode_calls(entry.get("calls", []), child, f"{path}.calls"),
+        "tool_calls": counts[3] if len(counts) == 4 else 0,
     }
+
+
+_MACHINE_FIELDS = frozenset(("t", "tool", "call", "limits", "counts", "branches", "groups", "requests"))
+
+
+def _decode_calls(items: Any, child: Any, path: str) -> dict[str, Call]:
+    """The tool calls a saved run waits on, each part checked for its kind."""
+    if type(items) is not list:
+        raise SnapshotDataError(path, "expected a list of tool calls")
+    calls: dict[str, Call] = {}
+    for index, item in enumerate(items):
+        where = f"{path}[{index}]"
+        if type(item) is not list or len(item) != 5 or type(item[0]) is not str or type(item[1]) is not str:
+            raise SnapshotDataError(where, "expected [key, branch, where, number, call]")
+        if type(item[3]) is not int:
+            raise SnapshotDataError(f"{where}[3]", "expected the call's number")
+        target = child(item[2], f"{where}[2]")
+        state = child(item[4], f"{where}[4]")
+        if type(target) is not list or type(state) is not ToolCallState:
+            raise SnapshotDataError(where, "expected where the call's outcome goes and the call's state")
+        problem = _call_problem(state)
+        if problem is not None:
+            raise SnapshotDataError(f"{where}[4].{problem[0]}", problem[1])
+        calls[item[0]] = Call(item[0], item[1], target, item[3], state)
+    return calls
+
+
+def _call_problem(state: ToolCallState) -> tuple[str, str] | None:
+    """(field, problem) of a tool call read back that the machine could not use; None when it can."""
+    kinds: dict[str, tuple[type, ...]] = {
+        "name": (str,), "arguments": (dict,), "server": (str, NONE), "id": (str,), "answers": (bool,),
+        "deadline": (float, int, NONE), "started": (bool,), "upstream_state": (str, NONE), "asked": (dict,),
+        "replies": (dict,),
+    }  # fmt: skip
+    for name, allowed in kinds.items():
+        if type(getattr(state, name, None)) not in allowed:
+            return name, f"expected {' or '.join(kind.__name__ for kind in allowed)}"
+    if state.phase not in ("call", "running", "after", "asking"):
+        return "phase", "expected call, running, after or asking"
+    outcome = state.outcome
+    if outcome is not None and not (
+        type(outcome) is tuple
+        and len(outcome) == 2
+        and (
+            (outcome[0] is True and type(outcome[1]) is ToolResult)
+            or (outcome[0] is False and isinstance(outcome[1], Exception))
+        )
+    ):
+        return "outcome", "expected (True, a ToolResult) or (False, an exception)"
+    return None
 
 
 NONE = type(None)
@@ -365,8 +431,12 @@ def _decode_branch(entry: dict, child: Any, path: str) -> BranchState:
     if entry.keys() != {"t", "fields", "history"}:
         raise SnapshotDataError(path, "a branch entry in a run is {t, fields, history}")
     fields = child(entry["fields"], (path, "fields", ".{}"))
-    if type(fields) is not dict or fields.keys() != set(_BRANCH_FIELDS):
+    # `tools` is missing from a run saved before branches had it: such a branch may call any tool, as then
+    if type(fields) is not dict or fields.keys() | {"tools"} != set(_BRANCH_FIELDS):
         raise SnapshotDataError(f"{path}.fields", f"expected the fields {', '.join(_BRANCH_FIELDS)}")
+    tools = fields.get("tools")
+    if tools is not None and (type(tools) is not tuple or any(type(name) is not str for name in tools)):
+        raise SnapshotDataError(f"{path}.fields.tools", "expected a tuple of tool names, or null")
     history = entry["history"]
     if type(history) is not list or len(history) % 2:
         raise SnapshotDataError(f"{path}.history", "expected a list of role, content pairs")
