@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from markupsafe import escape
 from _bridge_support import KEY, KEYS
 from _console_support import HOSTILE_DRAFT, HOSTILE_NAME, TOKENS, TOOL_FILE, copy_store, serving
+from markupsafe import escape
 from starlette.testclient import TestClient
 
 from branchc.bridge.auth import TokenFileVerifier
@@ -194,7 +194,7 @@ def test_a_run_page_shows_where_it_waits_its_variables_history_and_trace_id(serv
     history = text[text.index('id="history-title"') :]
     assert [int(k) for k in re.findall(r'<td data-label="K">#(\d+)</td>', history)] == [2, 1, 0]
     assert "Who is asking about refunds?" in history and escape(HOSTILE_DRAFT) in history
-    assert history.count("<td data-label=\"By\">alice</td>") == 2
+    assert history.count('<td data-label="By">alice</td>') == 2
     # the trace id: the run's trace, as its first round's span context keeps it
     trace = record.meta.extra["trace"]["traceparent"].split("-")[1]
     assert re.fullmatch(r"[0-9a-f]{32}", trace) and f'<code id="trace-id">{trace}</code>' in text
@@ -347,9 +347,9 @@ def test_without_auth_the_local_user_is_an_operator_and_only_on_loopback(served,
         settings = ServeSettings.load(http=bind, state_key=KEY)
         with pytest.raises(SettingsError, match="the runs console shows and ends every run"):
             check_console_exposure(settings, None)
-    with pytest.raises(SettingsError, match="--console on 10.0.0.5:8765: anyone who can reach it"):
+    with pytest.raises(SettingsError, match=r"--console on 10\.0\.0\.5:8765: anyone who can reach it"):
         ServeSettings.load(http="10.0.0.5:8765", console=True, allow_anonymous=True)
-    with pytest.raises(SettingsError, match="--console shows the runs a store holds: give --store URL, not none"):
+    with pytest.raises(SettingsError, match=r"--console shows the runs a store holds: give --store URL, not none"):
         ServeSettings.load(http="127.0.0.1:8765", console=True, store="none")
     done = subprocess.run(
         [sys.executable, "-m", "branchc", "console", "--http", "10.0.0.5:8766", "--store", store.url],
