@@ -3,8 +3,9 @@
 A real `branchc serve --http --console --store sqlite:///FILE --auth-tokens FILE --operators ops --otel` subprocess
 serves tests/servers/console_tools.py; the real `mcp` client, as alice and as bob, leaves runs in its store:
 
-- alice's `survey` waiting at its third question (checkpoints 0, 1, 2), answered with a name and a sampled draft
-  that are markup (HOSTILE_NAME, HOSTILE_DRAFT): what a hostile client or model could send;
+- alice's `survey` waiting at its third question (checkpoints 0, 1, 2), answered with a name and a sampled draft;
+- alice's `survey` waiting there too, answered with a name and a draft that are markup (HOSTILE_NAME,
+  HOSTILE_DRAFT): what a hostile client or model could send;
 - alice's `triage` waiting in two branches at once;
 - alice's `survey` that ran to its end (done);
 - bob's `survey` waiting at its first question.
@@ -40,7 +41,9 @@ TOKENS = {
 OPERATORS = ("ops",)
 HOSTILE_NAME = '<script>alert("name")</script>'
 HOSTILE_DRAFT = 'Draft <img src=x onerror=alert("draft")> & more'
-RUNS = ("alice-survey", "alice-triage", "alice-done", "bob-survey")
+NAME = "Ana Lima"
+DRAFT = "Refunds are paid back to the card within 14 days of the return arriving."
+RUNS = ("alice-survey", "alice-hostile", "alice-triage", "alice-done", "bob-survey")
 
 
 @dataclass
@@ -76,22 +79,25 @@ async def _elicitation(ctx: Any, params: Any) -> types.ElicitResult:
     return types.ElicitResult(action="accept", content={"approve": True})
 
 
-def _answers(asked: types.InputRequiredResult) -> dict[str, Any]:
+def _answers(asked: types.InputRequiredResult, name: str, draft: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, request in asked.input_requests.items():
         if isinstance(request, types.CreateMessageRequest):
             out[key] = types.CreateMessageResult(
-                role="assistant", model="scripted", content=types.TextContent(type="text", text=HOSTILE_DRAFT)
+                role="assistant", model="scripted", content=types.TextContent(type="text", text=draft)
             )
         elif "Who is asking" in request.params.message:
-            out[key] = types.ElicitResult(action="accept", content={"name": HOSTILE_NAME})
+            out[key] = types.ElicitResult(action="accept", content={"name": name})
         else:
             out[key] = types.ElicitResult(action="accept", content={"approve": True})
     return out
 
 
-async def _rounds(session: Any, tool: str, arguments: dict[str, str], rounds: int) -> Any:
-    """`rounds` rounds of a call: the first, then rounds - 1 answered ones; the last result."""
+async def _rounds(
+    session: Any, tool: str, arguments: dict[str, str], rounds: int, name: str = NAME, draft: str = DRAFT
+) -> Any:
+    """`rounds` rounds of a call: the first, then rounds - 1 answered ones (`name` and `draft` the answers to
+    survey's first two questions); the last result."""
     result = await within(60, session.call_tool(tool, arguments, allow_input_required=True))
     for _ in range(rounds - 1):
         assert isinstance(result, types.InputRequiredResult), result
@@ -101,7 +107,7 @@ async def _rounds(session: Any, tool: str, arguments: dict[str, str], rounds: in
                 tool,
                 arguments,
                 request_state=result.request_state,
-                input_responses=_answers(result),
+                input_responses=_answers(result, name, draft),
                 allow_input_required=True,
             ),
         )
@@ -114,6 +120,8 @@ async def _make_runs(url: str, markers: Path) -> None:
 
     async with client(url, TOKENS["alice"]) as alice:
         assert isinstance(await _rounds(alice.session, "survey", args("alice-survey"), 3), types.InputRequiredResult)
+        hostile = await _rounds(alice.session, "survey", args("alice-hostile"), 3, HOSTILE_NAME, HOSTILE_DRAFT)
+        assert isinstance(hostile, types.InputRequiredResult)
         assert isinstance(await _rounds(alice.session, "triage", args("alice-triage"), 1), types.InputRequiredResult)
         done = await _rounds(alice.session, "survey", args("alice-done"), 4)
         assert isinstance(done, types.CallToolResult) and not done.is_error, done
@@ -133,8 +141,10 @@ def _named(db: Path) -> dict[str, str]:
             found["bob-survey"] = record.run_id
         elif record.tool == "triage":
             found["alice-triage"] = record.run_id
+        elif record.status == "done":
+            found["alice-done"] = record.run_id
         else:
-            found["alice-done" if record.status == "done" else "alice-survey"] = record.run_id
+            found["alice-survey" if NAME in record.saved else "alice-hostile"] = record.run_id
     assert sorted(found) == sorted(RUNS), [(r.tool, r.owner, r.status) for r in records]
     return found
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from _bridge_support import KEY, KEYS
-from _console_support import HOSTILE_DRAFT, HOSTILE_NAME, TOKENS, TOOL_FILE, copy_store, serving
+from _console_support import DRAFT, HOSTILE_NAME, NAME, TOKENS, TOOL_FILE, copy_store, serving
 from markupsafe import escape
 from starlette.testclient import TestClient
 
@@ -112,7 +112,9 @@ def test_each_principal_sees_its_own_runs_and_operators_see_all(served, store):
     made = console(served, store)
     ids = served.ids
     alice = listed(browser(made, "alice").get("/"))
-    assert sorted(alice) == sorted([ids["alice-survey"], ids["alice-triage"], ids["alice-done"]])
+    assert sorted(alice) == sorted(
+        ids[name] for name in ("alice-survey", "alice-hostile", "alice-triage", "alice-done")
+    )
     assert listed(browser(made, "bob").get("/")) == [ids["bob-survey"]]
     everyone = browser(made, "ops").get("/")
     assert sorted(listed(everyone)) == sorted(ids.values())
@@ -136,7 +138,7 @@ def test_another_principals_run_is_not_found_and_cannot_be_cancelled_or_forked(s
     assert post(bob, f"/runs/{run}/cancel", token).status_code == 404
     assert post(bob, f"/runs/{run}/fork", token, at="0").status_code == 404
     assert store.load(run).status == "waiting" and served.marks("alice-survey") == []
-    assert len(store.list()) == 4  # no fork was made
+    assert len(store.list()) == 5  # no fork was made
     assert browser(made, "ops").get(f"/runs/{run}").status_code == 200  # an operator's
 
 
@@ -149,12 +151,13 @@ def test_the_runs_page_filters_by_tool_status_owner_age_and_build(served, store)
     assert listed(ops.get("/?tool=triage")) == [ids["alice-triage"]]
     assert listed(ops.get("/?status=done")) == [ids["alice-done"]]
     assert listed(ops.get("/?owner=bob")) == [ids["bob-survey"]]
-    assert sorted(listed(ops.get("/?tool=survey&status=waiting"))) == sorted([ids["alice-survey"], ids["bob-survey"]])
-    assert len(listed(ops.get("/?age=1h"))) == 4 and listed(ops.get("/?age=gt1d")) == []
+    surveys = sorted(ids[name] for name in ("alice-survey", "alice-hostile", "bob-survey"))
+    assert sorted(listed(ops.get("/?tool=survey&status=waiting"))) == surveys
+    assert len(listed(ops.get("/?age=1h"))) == 5 and listed(ops.get("/?age=gt1d")) == []
     build = store.load(ids["alice-survey"]).meta.extra["build"]
-    assert len(listed(ops.get(f"/?build={build}"))) == 4 and listed(ops.get("/?build=0123456789abcdef")) == []
+    assert len(listed(ops.get(f"/?build={build}"))) == 5 and listed(ops.get("/?build=0123456789abcdef")) == []
     page = ops.get("/?tool=triage")
-    assert "1 of 4 runs match" in page.text and f'<option value="{build}">' in page.text
+    assert "1 of 5 runs match" in page.text and f'<option value="{build}">' in page.text
     assert '<option value="triage" selected>' in page.text
     # a filter it cannot apply says which and what it takes
     bad = ops.get("/?status=asleep")
@@ -181,7 +184,7 @@ def test_a_run_page_shows_where_it_waits_its_variables_history_and_trace_id(serv
     assert "verdict = yield ctx.elicit(&#34;approve&#34;" in text  # the wait's source line, from the manifest
     # live variables: names and kinds, values redacted, even when alice asks for them
     variables = text[text.index('id="vars-title"') : text.index('id="history-title"')]
-    for name, kind in (("draft", "SampleResult (model)"), ("handoff", "dict, 2 keys"), ("name", "str, 30 chars")):
+    for name, kind in (("draft", "SampleResult (model)"), ("handoff", "dict, 2 keys"), ("name", "str, 8 chars")):
         assert re.search(rf"<code>{name}</code></td><td>{re.escape(kind)}</td>", variables), variables
     assert "refunds" not in variables and "Show values" not in variables
     asked = browser(made, "alice").get(f"/runs/{run}?values=1").text
@@ -189,11 +192,15 @@ def test_a_run_page_shows_where_it_waits_its_variables_history_and_trace_id(serv
     # an operator may see the values, and only when asking
     shown = browser(made, "ops").get(f"/runs/{run}?values=1").text
     shown = shown[shown.index('id="vars-title"') : shown.index('id="history-title"')]
-    assert "{&#39;topic&#39;: &#39;refunds&#39;" in shown and escape(repr(HOSTILE_NAME)) in shown
+    assert "{&#39;topic&#39;: &#39;refunds&#39;" in shown and escape(repr(NAME)) in shown
     # the history: each checkpoint, what it asked, what answered it and who
     history = text[text.index('id="history-title"') :]
     assert [int(k) for k in re.findall(r'<td data-label="K">#(\d+)</td>', history)] == [2, 1, 0]
-    assert "Who is asking about refunds?" in history and escape(HOSTILE_DRAFT) in history
+    assert (
+        "Who is asking about refunds?" in history
+        and DRAFT in history
+        and f"accept {{&#34;name&#34;: &#34;{NAME}" in history
+    )
     assert history.count('<td data-label="By">alice</td>') == 2
     # the trace id: the run's trace, as its first round's span context keeps it
     trace = record.meta.extra["trace"]["traceparent"].split("-")[1]
@@ -234,11 +241,11 @@ def test_cancel_ends_the_run_once_and_fork_makes_a_new_run_of_the_same_owner(ser
 
 
 def test_a_fork_counts_toward_its_owners_caps(served, store):
-    made = console(served, store, principal_max_runs=2)  # alice has two runs waiting already
+    made = console(served, store, principal_max_runs=3)  # alice has three runs waiting already
     alice = browser(made, "alice")
     run = served.ids["alice-survey"]
     refused = post(alice, f"/runs/{run}/fork", csrf(alice.get("/")), at="0")
-    assert refused.status_code == 409 and "the most one principal may have (--principal-max-runs 2)" in refused.text
+    assert refused.status_code == 409 and "the most one principal may have (--principal-max-runs 3)" in refused.text
     ops = browser(made, "ops")
     assert post(ops, f"/runs/{run}/fork", csrf(ops.get("/")), at="0").status_code == 303  # operators are not held
 
@@ -266,7 +273,7 @@ def test_posts_without_this_sessions_csrf_token_or_from_another_origin_are_refus
 
 def test_what_runs_hold_is_escaped_on_every_page_under_a_strict_policy(served, store):
     ops = browser(console(served, store), "ops")
-    pages = [ops.get("/"), ops.get(f"/runs/{served.ids['alice-survey']}?values=1"), ops.get("/tools/survey")]
+    pages = [ops.get("/"), ops.get(f"/runs/{served.ids['alice-hostile']}?values=1"), ops.get("/tools/survey")]
     pages.append(ops.get(f"/runs/{served.ids['alice-done']}"))
     for page in pages:
         assert page.status_code == 200
@@ -291,10 +298,11 @@ def test_what_runs_hold_is_escaped_on_every_page_under_a_strict_policy(served, s
 def test_a_tool_page_counts_the_runs_waiting_at_each_point(served, store):
     made = console(served, store)
     page = browser(made, "ops").get("/tools/survey").text
-    assert page.count('class="node waiting"') == 2 and page.count("1 run waits here") == 2
+    assert page.count('class="node waiting"') == 2
+    assert page.count("2 runs wait here") == 1 and page.count("1 run waits here") == 1
     points = page[page.index('id="points-title"') :]
     assert "try:body/elicit:approve" in points and "try:body/elicit:name" in points
-    assert served.ids["alice-survey"][:10] in points and served.ids["bob-survey"][:10] in points
+    assert all(served.ids[name][:10] in points for name in ("alice-survey", "alice-hostile", "bob-survey"))
     mine = browser(made, "alice").get("/tools/survey").text
     assert mine.count('class="node waiting"') == 1 and served.ids["bob-survey"][:10] not in mine
     listing = browser(made, "alice").get("/tools").text
@@ -333,7 +341,7 @@ def test_signing_in_sets_a_session_that_ends_with_its_token(served, store, tmp_p
     assert signed.status_code == 303 and signed.headers["location"] == "/"  # never off to another site
     cookie = signed.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKENS["alice"] not in cookie
-    assert len(listed(browsing.get("/"))) == 3  # alice's
+    assert len(listed(browsing.get("/"))) == 4  # alice's
     tokens.write_text(f"bob {TOKENS['bob']}\n")  # alice's token taken out of the file
     verifier.reload()
     assert browsing.get("/").status_code == 303  # her session ended with it
@@ -341,7 +349,7 @@ def test_signing_in_sets_a_session_that_ends_with_its_token(served, store, tmp_p
 
 def test_without_auth_the_local_user_is_an_operator_and_only_on_loopback(served, store):
     local = browser(console(served, store, auth=False))
-    assert len(listed(local.get("/"))) == 4 and "local user" in local.get("/").text
+    assert len(listed(local.get("/"))) == 5 and "local user" in local.get("/").text
     assert local.get("/login").status_code == 303
     for bind in ("10.0.0.5:8766", "192.0.2.7:80"):
         settings = ServeSettings.load(http=bind, state_key=KEY)
@@ -383,7 +391,7 @@ def test_branchc_console_serves_a_store_on_its_own(served, store, tmp_path):
     with listening(command, port, {"BRANCHC_CACHE": str(served.cache)}):
         with httpx.Client(follow_redirects=False, timeout=30) as http:
             page = http.get(f"http://127.0.0.1:{port}/", headers={"Authorization": f"Bearer {TOKENS['ops']}"})
-            assert page.status_code == 200 and len(listed(page)) == 4
+            assert page.status_code == 200 and len(listed(page)) == 5
             run = http.get(
                 f"http://127.0.0.1:{port}/runs/{served.ids['alice-survey']}",
                 headers={"Authorization": f"Bearer {TOKENS['ops']}"},
