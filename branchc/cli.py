@@ -1175,9 +1175,7 @@ def compat(
 @app.command("console")
 def console_(
     store_url: StoreOption = None,
-    http: Annotated[
-        str | None, typer.Option("--http", metavar="HOST:PORT", help="Where to serve it. Default: 127.0.0.1:8766.")
-    ] = None,
+    http: Annotated[str, typer.Option("--http", metavar="HOST:PORT", help="Where to serve it.")] = "127.0.0.1:8766",
     tools_path: Annotated[
         Path | None,
         typer.Option(
@@ -1193,12 +1191,14 @@ def console_(
     auth_jwks: Annotated[
         str | None, typer.Option("--auth-jwks", metavar="URL", help="Sign in with JWTs (as serve).")
     ] = None,
-    auth_issuer: Annotated[str | None, typer.Option("--auth-issuer", metavar="ISS")] = None,
-    auth_audience: Annotated[str | None, typer.Option("--auth-audience", metavar="AUD")] = None,
+    auth_issuer: Annotated[str | None, typer.Option("--auth-issuer", metavar="ISS", help="With --auth-jwks.")] = None,
+    auth_audience: Annotated[
+        str | None, typer.Option("--auth-audience", metavar="AUD", help="With --auth-jwks.")
+    ] = None,
     operators: Annotated[
         str | None,
         typer.Option(
-            "--operators", metavar="P1,P2", help="Principals who see and act on every run [env: BRANCHC_OPERATORS]."
+            "--operators", envvar="BRANCHC_OPERATORS", metavar="P1,P2", help="Principals who see and act on every run."
         ),
     ] = None,
     allowed_hosts: Annotated[

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -290,6 +291,21 @@ def test_what_runs_hold_is_escaped_on_every_page_under_a_strict_policy(served, s
     states = run.split('<script type="application/json" id="states">')[1].split("</script>")[0]
     assert "<" not in states and "\\u003cscript\\u003e" in states  # the graph's details, no markup in them
     assert ops.get("/static/console.css").headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_damaged_record_is_named_to_operators_and_unknown_to_others(served, store):
+    made = console(served, store)
+    run = served.ids["bob-survey"]
+    with sqlite3.connect(store.url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE runs SET status = 'done' WHERE run_id = ?", (run,))  # outside the seal: refused
+    ops, alice = browser(made, "ops"), browser(made, "alice")
+    listing = ops.get("/")
+    assert listing.status_code == 200 and f"stored run {run!r}".replace("'", "&#39;") in listing.text
+    assert "an operator can see which" in alice.get("/").text and run not in alice.get("/").text
+    page = ops.get(f"/runs/{run}")
+    assert page.status_code == 500 and "Damaged run" in page.text and "branchc runs cancel" in page.text
+    assert alice.get(f"/runs/{run}").status_code == 404
+    assert ops.get(f"/runs/{served.ids['alice-survey']}").status_code == 200  # the others still open
 
 
 # -- tools -------------------------------------------------------------------------------------------------------

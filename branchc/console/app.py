@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..bridge.auth import transport_security
 from ..bridge.runs import RunsError, cancel_run, fork_run
-from ..store.base import StoreDataError, StoreError
+from ..store.base import RunRecord, StoreDataError, StoreError
 from .access import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Access, Viewer
 from .pages import (
     Console,
@@ -287,8 +287,8 @@ class _Pages:
 
     # -- actions ----------------------------------------------------------------------------------------------
 
-    async def _action(self, request: Request) -> tuple[Viewer, dict[str, str]] | Response:
-        """The viewer and form of a POST that passed every check (Origin, CSRF, who)."""
+    async def _action(self, request: Request) -> tuple[Viewer, dict[str, str], RunRecord] | Response:
+        """The viewer, form and run of a POST on a run that passed every check (Origin, CSRF, who, whose)."""
         fields = await self.form(request)
         if isinstance(fields, Response):
             return fields
@@ -298,53 +298,46 @@ class _Pages:
             return refused
         if viewer is None:
             return await self.who(request)  # type: ignore[return-value]  # always a Response here
-        return viewer, fields
+        run_id = request.path_params["run_id"]
+        record = await self.io(load_visible, self.console, viewer, run_id)
+        if record is None:
+            return self._no_run(request, viewer, run_id)
+        return viewer, fields, record
+
+    def _to_run(self, request: Request, run_id: str, note: str) -> Response:
+        return RedirectResponse(f"{self.base(request)}/runs/{quote(run_id, safe='')}?done={note}", status_code=303)
 
     async def cancel(self, request: Request) -> Response:
         checked = await self._action(request)
         if isinstance(checked, Response):
             return checked
-        viewer, _ = checked
-        run_id = request.path_params["run_id"]
-        record = await self.io(load_visible, self.console, viewer, run_id)
-        if record is None:
-            return self._no_run(request, viewer, run_id)
+        viewer, _, record = checked
         refusal = cancel_refusal(self.console, record)
         if refusal:
-            return await self._run(request, viewer, run_id, 409, f"Not cancelled: {refusal}.")
+            return await self._run(request, viewer, record.run_id, 409, f"Not cancelled: {refusal}.")
         try:
             done = await self.io(cancel_run, self.console.store, record.run_id, self.console.tools or {})
         except (RunsError, StoreError) as error:
-            return await self._run(request, viewer, run_id, 409, f"Not cancelled: {error}")
-        note = "cleanup-failed" if done.cleanup_error is not None else "cancelled"
-        return RedirectResponse(f"{self.base(request)}/runs/{quote(record.run_id, safe='')}?done={note}", 303)
+            return await self._run(request, viewer, record.run_id, 409, f"Not cancelled: {error}")
+        return self._to_run(request, record.run_id, "cleanup-failed" if done.cleanup_error is not None else "cancelled")
 
     async def fork(self, request: Request) -> Response:
         checked = await self._action(request)
         if isinstance(checked, Response):
             return checked
-        viewer, fields = checked
-        run_id = request.path_params["run_id"]
+        viewer, fields, record = checked
         at = fields.get("at", "").strip()
         if not at.isdigit() or len(at) > 9:
-            return self.error(
-                request,
-                viewer,
-                400,
-                "Bad checkpoint",
-                f"at={at[:40]!r}: give a checkpoint number K, as the history lists",
-            )
-        record = await self.io(load_visible, self.console, viewer, run_id)
-        if record is None:
-            return self._no_run(request, viewer, run_id)
+            why = f"at={at[:40]!r}: give a checkpoint number K, as the history lists"
+            return self.error(request, viewer, 400, "Bad checkpoint", why)
         full = await self.io(self._over_cap, viewer, record.owner)
         if full:
-            return await self._run(request, viewer, run_id, 409, f"Not forked: {full}")
+            return await self._run(request, viewer, record.run_id, 409, f"Not forked: {full}")
         try:
             forked = await self.io(fork_run, self.console.store, record.run_id, int(at))
         except (RunsError, StoreError) as error:
-            return await self._run(request, viewer, run_id, 409, f"Not forked: {error}")
-        return RedirectResponse(f"{self.base(request)}/runs/{quote(forked.run_id, safe='')}?done=forked", 303)
+            return await self._run(request, viewer, record.run_id, 409, f"Not forked: {error}")
+        return self._to_run(request, forked.run_id, "forked")
 
     def _over_cap(self, viewer: Viewer, owner: str | None) -> str:
         """Why the owner may not have one more waiting run ("" when they may): a fork counts toward their caps, as a

@@ -33,7 +33,7 @@ NO_TOOLS = (
     "this console was started without --tools: cancelling runs a run's finally blocks, which needs the tools it "
     "was served with (start it with --tools PATH, or use the console of `branchc serve --http --console`)"
 )
-#: the age filter: its value -> (what the page calls it, newest age in seconds or None, oldest age or None)
+#: the age filter: its value -> (what the page calls it, the least and the most age it takes, in seconds; None: any)
 AGES: dict[str, tuple[str, float | None, float | None]] = {
     "": ("any time", None, None),
     "15m": ("in the last 15 minutes", None, 900),
@@ -43,6 +43,7 @@ AGES: dict[str, tuple[str, float | None, float | None]] = {
     "gt1d": ("more than a day ago", 86400, None),
     "gt7d": ("more than a week ago", 7 * 86400, None),
 }
+_AGE_CHOICES = [(value, words) for value, (words, _, _) in AGES.items()]
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 
 
@@ -96,9 +97,9 @@ class Filters:
             return False
         if self.build and _build(record) != self.build:
             return False
-        _, oldest_first, newest = AGES[self.age]
+        _, at_least, at_most = AGES[self.age]
         age = now - record.created
-        return (oldest_first is None or age >= oldest_first) and (newest is None or age <= newest)
+        return (at_least is None or age >= at_least) and (at_most is None or age <= at_most)
 
     @property
     def any(self) -> bool:
@@ -172,7 +173,16 @@ def runs_page(console: Console, viewer: Viewer, filters: Filters, now: float | N
         records = _listed(console, viewer)
     except StoreDataError as error:
         shown = str(error) if viewer.operator else "the store holds a damaged run; an operator can see which"
-        return {"damaged": shown, "rows": [], "total": 0, "matched": 0, "choices": {}, "filters": filters}
+        choices = {"tool": [], "status": list(STATUSES), "owner": [], "age": _AGE_CHOICES, "build": []}
+        return {
+            "damaged": shown,
+            "rows": [],
+            "total": 0,
+            "matched": 0,
+            "scanned_all": True,
+            "filters": filters,
+            "choices": choices,
+        }
     matched = [record for record in records if filters.match(record, now)]
     tools = {record.tool for record in records} | set(console.tools or ())
     owners = {record.owner or "-" for record in records} if viewer.operator else set()
@@ -187,7 +197,7 @@ def runs_page(console: Console, viewer: Viewer, filters: Filters, now: float | N
             "tool": sorted(tools),
             "status": list(STATUSES),
             "owner": sorted(owners),
-            "age": [(value, words) for value, (words, _, _) in AGES.items()],
+            "age": _AGE_CHOICES,
             "build": sorted({_build(record) for record in records} - {""}),
         },
     }
