@@ -60,6 +60,7 @@ def serve_console(settings: ServeSettings, tools: str | Path | None = None) -> N
     from ..bridge.auth import verifier as make_verifier
     from ..bridge.deadlines import deadline_protocol
     from ..bridge.runs import load_tools, open_runs_store
+    from ..bridge.transport import _reload_on_hangup  # SIGHUP reads a token file again, as serve does
 
     if settings.http is None:
         settings = settings.with_changes(http=DEFAULT_HTTP)
@@ -84,6 +85,7 @@ def serve_console(settings: ServeSettings, tools: str | Path | None = None) -> N
         cancel = f"cancel runs the tools of {tools}" if tools is not None else "cancel is off (no --tools)"
         shown = f"[{host}]" if ":" in host else host
         print(f"runs console at http://{shown}:{port}/ for {store.url}; {who}; {cancel}", file=sys.stderr)
-        anyio.run(uvicorn.Server(config).serve)
+        with _reload_on_hangup(verifier):
+            anyio.run(uvicorn.Server(config).serve)
     finally:
         store.close()
