@@ -1197,5 +1197,57 @@ def compat(
         raise typer.Exit(1)
 
 
+@app.command("console")
+def console_(
+    store_url: StoreOption = None,
+    http: Annotated[str, typer.Option("--http", metavar="HOST:PORT", help="Where to serve it.")] = "127.0.0.1:8766",
+    tools_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--tools",
+            metavar="PATH",
+            help="The tools the runs were served with (sources or a build folder): cancelling a run runs their "
+            "finally blocks. Without it, cancel is shown disabled.",
+        ),
+    ] = None,
+    auth_tokens: Annotated[
+        Path | None, typer.Option("--auth-tokens", metavar="FILE", help="Sign in with a token of this file (as serve).")
+    ] = None,
+    auth_jwks: Annotated[
+        str | None, typer.Option("--auth-jwks", metavar="URL", help="Sign in with JWTs (as serve).")
+    ] = None,
+    auth_issuer: Annotated[str | None, typer.Option("--auth-issuer", metavar="ISS", help="With --auth-jwks.")] = None,
+    auth_audience: Annotated[
+        str | None, typer.Option("--auth-audience", metavar="AUD", help="With --auth-jwks.")
+    ] = None,
+    operators: Annotated[
+        str | None,
+        typer.Option(
+            "--operators", envvar="BRANCHC_OPERATORS", metavar="P1,P2", help="Principals who see and act on every run."
+        ),
+    ] = None,
+    allowed_hosts: Annotated[
+        str | None, typer.Option("--allowed-hosts", metavar="HOSTS", help="Host values requests may name (as serve).")
+    ] = None,
+    state_key: StateKeyOption = None,
+) -> None:
+    """The runs console in a browser: the runs in the store (filter by tool, status, owner, age, build), each with
+    its split graph and where it waits, its live variables, history and trace id, and cancel and fork; each tool's
+    graph with its waiting runs. Each principal sees its own runs, operators all; without auth, loopback only."""
+    from .bridge.settings import ServeSettings
+    from .console import serve_console
+    from .runtime.errors import BranchcError
+
+    given = dict(
+        store=store_url, http=http, auth_tokens=auth_tokens, auth_jwks=auth_jwks, auth_issuer=auth_issuer,
+        auth_audience=auth_audience, operators=operators, allowed_hosts=allowed_hosts, state_key=state_key,
+    )  # fmt: skip
+    try:
+        serve_console(ServeSettings.load(**{k: v for k, v in given.items() if v is not None}), tools_path)
+    except (BranchcError, OSError, ValueError) as error:
+        err.print(f"[red bold]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+
+
 def main() -> None:
     app(prog_name="branchc")

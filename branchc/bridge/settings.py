@@ -74,6 +74,9 @@ class ServeSettings(BaseSettings):
     allowed_hosts: Annotated[list[str], NoDecode] = []
     """HTTP: the Host values (HOST or HOST:PORT, comma-separated) requests may name; their http(s) origins
     may send browser requests. Default: the address it binds (and localhost's names on loopback)."""
+    operators: Annotated[list[str], NoDecode] = []
+    """The principals (comma-separated, as runs record their owners) who see and act on every run in the runs
+    console; everyone else, on their own runs. Without auth on loopback, the local user is an operator."""
 
     # -- state ----------------------------------------------------------------------------------------------
     state_key: SecretStr | None = None
@@ -153,6 +156,8 @@ class ServeSettings(BaseSettings):
     them on stderr); pip install 'branchc[otel]'."""
     trace_content: bool = False
     """With --otel: spans may hold what users and models wrote (prompts, answers, sampled text); else sizes only."""
+    console: bool = False
+    """HTTP: also serve the runs console (in a browser) at /console, behind the same auth; needs a store."""
 
     @field_validator("history")
     @classmethod
@@ -170,7 +175,7 @@ class ServeSettings(BaseSettings):
             raise ValueError("give HOST:PORT, for example 127.0.0.1:8765")
         return value
 
-    @field_validator("allowed_hosts", mode="before")
+    @field_validator("allowed_hosts", "operators", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):
@@ -201,6 +206,15 @@ class ServeSettings(BaseSettings):
             raise ValueError("--auth-jwks, --auth-issuer and --auth-audience go together: give all three")
         if self.auth_tokens is not None and self.auth_jwks is not None:
             raise ValueError("--auth-tokens and --auth-jwks: give one way to authenticate")
+        if self.console and self.http is None:
+            raise ValueError("--console serves the runs console over HTTP: give --http HOST:PORT too")
+        if self.console and (self.store or "").strip().lower() == "none":
+            raise ValueError("--console shows the runs a store holds: give --store URL, not none")
+        if self.console and not is_loopback(self.host_port[0]) and not self.authenticated:  # type: ignore[index]
+            raise ValueError(
+                f"--console on {self.http}: anyone who can reach it could see and end every run; give --auth-tokens "
+                f"or --auth-jwks (--allow-anonymous does not open the console), or bind 127.0.0.1"
+            )
         return self
 
     @property
@@ -250,14 +264,15 @@ class ServeSettings(BaseSettings):
 
 
 _GROUPS = {
-    "Who may call (HTTP)": "auth_tokens auth_jwks auth_issuer auth_audience public_url allow_anonymous allowed_hosts",
+    "Who may call (HTTP)": "auth_tokens auth_jwks auth_issuer auth_audience public_url allow_anonymous allowed_hosts "
+    "operators",
     "Runs and their state": "state_key state_ttl store history max_runs max_runs_mb principal_max_runs "
     "principal_max_mb principal_max_calls",
     "Who answers": "sampling provider_url provider_model provider_key guided guided_ttl guided_max_runs "
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",
     "Where work runs": "executor result_handlers handler_engine unsafe_handlers",
-    "Operating": "otel trace_content",
+    "Operating": "otel trace_content console",
 }
 #: The help panel of each flag of `branchc serve` (the rest go under "Options").
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names.split()}

@@ -53,11 +53,18 @@ async def serve_http(server: Server, settings: ServeSettings, token_verifier: To
         print(EPHEMERAL_KEY_WARNING, file=sys.stderr)
     host, port = settings.host_port or ("127.0.0.1", 8000)
     max_message_size = int(settings.max_message_mb * 2**20)
+    routes = None
+    if settings.console:  # the runs console at /console, behind the same auth (branchc/console: it imports bridge)
+        from ..console.serving import console_routes
+
+        routes = console_routes(server, settings, token_verifier)
+        print(f"runs console at http://{settings.http}/console", file=sys.stderr)
     sdk_app = server.streamable_http_app(
         host=host,
         max_request_body_size=max_message_size,
         session_idle_timeout=settings.session_timeout or None,
         transport_security=transport_security(settings),
+        custom_starlette_routes=routes,
         **http_auth(settings, token_verifier),
     )
     app = ClientWatch(sdk_app, max_message_size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import networkx as nx
 from ..splitter.build import MANIFEST, build_folder
 from ..splitter.compiler import COMPILER_VERSION
 
-__all__ = ["GraphError", "load_manifest", "overlay_history", "overlay_trace", "split_graph"]
+__all__ = ["GraphError", "load_manifest", "overlay_history", "overlay_trace", "split_graph", "wait_nodes"]
 
 
 class GraphError(ValueError):
@@ -378,13 +379,10 @@ def _answered(key: str, value: Any) -> str:
     return f"{key} → {json.dumps(value, ensure_ascii=False, default=str)}"
 
 
-def overlay_history(graph: nx.MultiDiGraph, tool: str, status: str, history: list[dict[str, Any]]) -> None:
-    """Mark a stored run's path (bridge/runs.py `describe_history`): the state each of its waits was at, by the
-    K `branchc runs history` gives it, the answers that moved it on, and where each branch waits now. A wait is
-    found by its point's name (the same across builds), else by its function and line."""
-    drawn = graph.graph.get("tool")
-    if drawn is not None and tool != drawn:
-        raise GraphError(f"the run is of tool {tool!r} and the graph of {drawn!r}; draw it with --tool {tool}")
+def wait_nodes(graph: nx.MultiDiGraph) -> Callable[[Mapping[str, Any]], str | None]:
+    """A lookup of the state a stored wait (`WaitPoint.as_json()`: function, line, point) is at in `graph`: by its
+    point's name, which stays the same across builds, else by its function and line; None for a point of another
+    build that this one lacks."""
     by_point: dict[tuple[str, str], str] = {}
     by_line: dict[tuple[str, int], str] = {}
     for node, data in graph.nodes(data=True):
@@ -392,13 +390,27 @@ def overlay_history(graph: nx.MultiDiGraph, tool: str, status: str, history: lis
             if data.get("point"):
                 by_point[(data["function"], data["point"])] = node
             by_line.setdefault((data["function"], data["at"][0]), node)
+
+    def node_of(wait: Mapping[str, Any]) -> str | None:
+        found = by_point.get((wait.get("function"), wait.get("point") or ""))
+        return found or by_line.get((wait.get("function"), wait.get("line")))
+
+    return node_of
+
+
+def overlay_history(graph: nx.MultiDiGraph, tool: str, status: str, history: list[dict[str, Any]]) -> None:
+    """Mark a stored run's path (bridge/runs.py `describe_history`): the state each of its waits was at, by the
+    K `branchc runs history` gives it, the answers that moved it on, and where each branch waits now. A wait is
+    found by its point's name (the same across builds), else by its function and line."""
+    drawn = graph.graph.get("tool")
+    if drawn is not None and tool != drawn:
+        raise GraphError(f"the run is of tool {tool!r} and the graph of {drawn!r}; draw it with --tool {tool}")
+    node_of = wait_nodes(graph)
     at: dict[str, str] = {}  # branch -> the node it waited at last
     for index, entry in enumerate(history):
         last = index == len(history) - 1
         for wait in entry["waits"]:
-            node = by_point.get((wait["function"], wait.get("point", ""))) or by_line.get(
-                (wait["function"], wait["line"])
-            )
+            node = node_of(wait)
             if node is None:
                 continue  # a wait of another build, at a point this one lacks
             data = graph.nodes[node]

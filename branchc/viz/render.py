@@ -11,7 +11,7 @@ import graphviz
 import jinja2
 import networkx as nx
 
-__all__ = ["FORMATS", "RenderError", "render", "to_dot", "to_html", "to_mermaid"]
+__all__ = ["FORMATS", "RenderError", "node_ids", "render", "state_details", "to_dot", "to_html", "to_mermaid", "to_svg"]
 
 FORMATS = ("dot", "mermaid", "svg", "png", "html")
 
@@ -30,6 +30,7 @@ CLUSTER_STYLES = {
 }
 VISITED = "#ffd33d"
 TRAVELLED = "#e36209"
+WAITING = "#1a7f37"  # the outline of a state a run waits at now (`branchc graph --run`, the runs console)
 
 
 class RenderError(RuntimeError):
@@ -96,6 +97,9 @@ def node_lines(data: dict[str, Any]) -> list[str]:
             lines += _wrap([f"carries: {names[0]}", *names[1:]])
     if data.get("waiting"):
         lines.append("waits here: branch " + ", ".join(data["waiting"]))
+    if data.get("waiting_runs"):  # a tool's waiting runs, counted at each point (the runs console)
+        count = data["waiting_runs"]
+        lines.append(f"{count} run{'s' if count != 1 else ''} wait{'s' if count == 1 else ''} here")
     if data.get("visits"):
         lines.append("visited #" + ", #".join(map(str, data["visits"])))
     for answer in data.get("answers", [])[:2]:
@@ -110,7 +114,8 @@ def edge_label(data: dict[str, Any]) -> str:
     return label
 
 
-def _ids(graph: nx.MultiDiGraph) -> dict[str, str]:
+def node_ids(graph: nx.MultiDiGraph) -> dict[str, str]:
+    """The id of each node in DOT and in the SVG (`<g id="n3">`): n0, n1, ... in the graph's order."""
     return {node: f"n{index}" for index, node in enumerate(graph.nodes)}
 
 
@@ -127,7 +132,7 @@ def _esc(text: str) -> str:
 
 def to_dot(graph: nx.MultiDiGraph) -> str:
     """Graphviz DOT source of a split graph."""
-    ids = _ids(graph)
+    ids = node_ids(graph)
     dot = graphviz.Digraph(
         "split",
         graph_attr={
@@ -156,6 +161,8 @@ def to_dot(graph: nx.MultiDiGraph) -> str:
                 attrs |= {"fillcolor": VISITED if data.get("visits") else "#fffbdd"}
             elif data["kind"] == "external":
                 attrs |= {"style": "dashed"}
+            if data.get("waiting") or data.get("waiting_runs"):
+                attrs |= {"color": WAITING, "penwidth": "3", "class": "waiting"}
             if data.get("source"):
                 attrs["tooltip"] = _esc(data["source"])
             target.node(ids[node], label="\n".join(map(_esc, node_lines(data))), **attrs)
@@ -185,7 +192,7 @@ _MERMAID_ARROWS = {"normal": "-->", "loop": "==>", "exception": "-.->", "link": 
 
 def to_mermaid(graph: nx.MultiDiGraph) -> str:
     """A Mermaid flowchart of a split graph (renders on GitHub, in Markdown)."""
-    ids = _ids(graph)
+    ids = node_ids(graph)
     out = ["flowchart TB"]
     members: dict[str | None, list[str]] = {}
     for node, data in graph.nodes(data=True):
@@ -231,12 +238,18 @@ def _dot_binary(dot: str, fmt: str) -> bytes:
         raise RenderError(f"Graphviz's dot refused the graph: {detail}") from None
 
 
-def to_html(graph: nx.MultiDiGraph) -> str:
-    """One self-contained page: the SVG, a legend, and each state's source on hover."""
+def to_svg(graph: nx.MultiDiGraph) -> str:
+    """The graph as an SVG element (no XML prolog): what a page embeds. Every state's `<g>` has the id that
+    `state_details` keys it by."""
     svg = _dot_binary(to_dot(graph), "svg").decode("utf-8")
-    svg = svg[svg.index("<svg") :]
-    ids = _ids(graph)
-    states = {
+    return svg[svg.index("<svg") :]
+
+
+def state_details(graph: nx.MultiDiGraph) -> dict[str, dict[str, Any]]:
+    """What a page shows of each state when it is pointed at, by the SVG id of its node: its title, function,
+    source, the variables a snapshot there carries, its visits and the answers a run got there."""
+    ids = node_ids(graph)
+    return {
         ids[node]: {
             "title": node_lines(data)[0],
             "function": data.get("function"),
@@ -248,6 +261,12 @@ def to_html(graph: nx.MultiDiGraph) -> str:
         }
         for node, data in graph.nodes(data=True)
     }
+
+
+def to_html(graph: nx.MultiDiGraph) -> str:
+    """One self-contained page: the SVG, a legend, and each state's source on hover."""
+    svg = to_svg(graph)
+    states = state_details(graph)
     template = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
         files("branchc.viz").joinpath("graph.html.j2").read_text(encoding="utf-8")
     )
@@ -266,6 +285,7 @@ def to_html(graph: nx.MultiDiGraph) -> str:
         clusters=CLUSTER_STYLES,
         visited=VISITED,
         travelled=TRAVELLED,
+        waiting=WAITING,
         trace=graph.graph.get("trace"),
     )
 
