@@ -87,6 +87,7 @@ def driver(tmp_path_factory) -> Iterator[Any]:
         patch.setenv("SE_OFFLINE", "true")  # Selenium Manager: nothing is downloaded, whatever happens
         browser = webdriver.Chrome(service=Service(DRIVER), options=options)
     browser.set_page_load_timeout(60)
+    browser.implicitly_wait(10)  # an element a page's script adds may come a moment after the page
     yield browser
     browser.quit()
 
@@ -118,8 +119,27 @@ def sign_in(driver: Any, served: Any, who: str) -> None:
     label = driver.find_element(By.CSS_SELECTOR, "label[for=token]")
     assert label.text == "Access token"
     driver.find_element(By.ID, "token").send_keys(TOKENS[who])
-    driver.find_element(By.CSS_SELECTOR, "form.stack button[type=submit]").click()
+    navigate(driver, driver.find_element(By.CSS_SELECTOR, "form.stack button[type=submit]"))
     assert driver.find_element(By.CLASS_NAME, "who-name").text == who
+
+
+def navigate(driver: Any, element: Any, accept: bool | None = None) -> None:
+    """Click `element`, which loads another page (a form's submit, a link), and wait until that page is in; with
+    `accept`, the click opens a confirm first, accepted or dismissed (a dismissed one loads nothing)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    if accept is not None:
+        confirm = WebDriverWait(driver, 30).until(expected_conditions.alert_is_present())
+        if not accept:
+            confirm.dismiss()
+            return
+        confirm.accept()
+    WebDriverWait(driver, 60).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def listed(driver: Any) -> list[str]:
@@ -157,14 +177,14 @@ def test_sign_in_filter_and_open_a_run_whose_wait_is_highlighted(served, driver)
     alices = ("alice-survey", "alice-hostile", "alice-triage", "alice-done")
     assert sorted(listed(driver)) == sorted(ids[name] for name in alices)
     Select(driver.find_element(By.ID, "f-tool")).select_by_value("triage")
-    driver.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    navigate(driver, driver.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]"))
     assert "tool=triage" in driver.current_url and listed(driver) == [ids["alice-triage"]]
     Select(driver.find_element(By.ID, "f-tool")).select_by_value("survey")
     Select(driver.find_element(By.ID, "f-status")).select_by_value("waiting")
-    driver.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    navigate(driver, driver.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]"))
     assert sorted(listed(driver)) == sorted([ids["alice-survey"], ids["alice-hostile"]])
     shot(driver, "runs-filtered-1400x900")
-    driver.find_element(By.CSS_SELECTOR, f'a.run-link[href$="/runs/{ids["alice-survey"]}"]').click()
+    navigate(driver, driver.find_element(By.CSS_SELECTOR, f'a.run-link[href$="/runs/{ids["alice-survey"]}"]'))
     # where it waits: the state is outlined in the graph, and pointing at the wait marks it there
     (node,) = driver.find_elements(By.CSS_SELECTOR, "[data-graph] g.node.waiting")
     outline = node.find_element(By.CSS_SELECTOR, "path")
@@ -209,15 +229,13 @@ def test_a_runs_hostile_answers_show_as_text_and_never_run(served, driver):
 
 def test_fork_and_cancel_from_the_run_page_change_the_store(served, driver):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
 
     viewport(driver, 1400, 900)
     sign_in(driver, served, "alice")
     run = served.ids["alice-triage"]
     page = f"{console(served)}/runs/{run}"
     driver.get(page)
-    driver.find_element(By.ID, "fork").click()
+    navigate(driver, driver.find_element(By.ID, "fork"))
     assert "This run is a fork" in driver.find_element(By.CSS_SELECTOR, ".message.ok").text
     fork = driver.current_url.split("/runs/")[1].split("?")[0]
     stored = records(served)
@@ -226,11 +244,9 @@ def test_fork_and_cancel_from_the_run_page_change_the_store(served, driver):
     shot(driver, "fork-1400x900")
     # cancelling asks first: no is no
     driver.get(page)
-    driver.find_element(By.ID, "cancel").click()
-    WebDriverWait(driver, 10).until(expected_conditions.alert_is_present()).dismiss()
+    navigate(driver, driver.find_element(By.ID, "cancel"), accept=False)
     assert records(served)[run].status == "waiting" and served.marks("alice-triage") == []
-    driver.find_element(By.ID, "cancel").click()
-    WebDriverWait(driver, 10).until(expected_conditions.alert_is_present()).accept()
+    navigate(driver, driver.find_element(By.ID, "cancel"), accept=True)
     assert "The run is cancelled" in driver.find_element(By.CSS_SELECTOR, ".message.ok").text
     button = driver.find_element(By.CSS_SELECTOR, ".run-actions button.danger")
     assert button.get_attribute("disabled") is not None
