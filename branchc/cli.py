@@ -545,6 +545,9 @@ _SUFFIX_FORMATS = {
 }
 
 
+_REPEATED = frozenset({"upstream"})  # settings whose flag is given once per value, not as one comma list
+
+
 def _settings_options(model: type[BaseModel], panels: dict[str, str]) -> list[inspect.Parameter]:
     """One option per field of `model` (`--state-ttl` for `state_ttl`), its docstring as help, None unless
     given: what a user did not give comes from the environment (`BRANCHC_STATE_TTL`) or the default, as the
@@ -558,6 +561,8 @@ def _settings_options(model: type[BaseModel], panels: dict[str, str]) -> list[in
             kind = next(t for t in typing.get_args(kind) if t is not type(None))
         if typing.get_origin(kind) is Literal:
             kind = StrEnum(name.title().replace("_", ""), {value: value for value in typing.get_args(kind)})
+        elif name in _REPEATED:
+            kind = list[str]  # the flag given once per value
         elif kind is SecretStr or typing.get_origin(kind) is list or typing.get_origin(kind) is Annotated:
             kind = str
         default = field.default
@@ -582,7 +587,7 @@ def _serve(path: Path, **given: Any) -> None:
     from .runtime.errors import BranchcError
 
     try:
-        serve(path, ServeSettings.load(**{name: value for name, value in given.items() if value is not None}))
+        serve(path, ServeSettings.load(**{name: value for name, value in given.items() if value not in (None, [])}))
     except (BranchcError, ValueError) as error:
         err.print(f"[red bold]error:[/] {escape(str(error))}")
         raise typer.Exit(1) from None

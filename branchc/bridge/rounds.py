@@ -31,6 +31,7 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from ..runtime import tracing
+from ..runtime.calling import ToolCaller, apply
 from ..runtime.driver import advance
 from ..runtime.errors import BranchcError, ClientAnswerError, MissingCapabilityError, ToolPhaseError
 from ..runtime.machine import Machine, Request
@@ -43,6 +44,7 @@ from .elicitation import ElicitSchemaError, form_schema
 from .loglevel import log_allowed
 from .results import describe_failure, error_result, result_of
 from .sampling import SamplingToolsError, sample_params, sample_result
+from .upstream import UpstreamCalls
 from .warm import WarmRuns
 
 __all__ = [
@@ -154,6 +156,9 @@ async def guarded(
                 await _send_outbox(ctx, tool, machine)
                 if machine.done:
                     break
+                if machine.ready_calls():  # tool calls are made here, in the round, by the server
+                    await make_calls(bridge, machine)
+                    continue
                 if provider is not None and any(request.kind == "sample" for request in machine.pending):
                     await _sample_on_server(provider, machine)
                     continue
@@ -307,6 +312,27 @@ def _input_requests(ctx: ServerRequestContext, machine: Machine) -> dict[str, An
             machine.fail(request.key, error)
             return None
     return requests
+
+
+async def make_calls(bridge: Any, machine: Machine) -> None:
+    """Make the run's ready tool calls, at once: a tool of this server runs its phases here (its client phase as
+    a sub-run of the run), an upstream one goes to its server (upstream.py); each outcome is applied in the order
+    the calls were made, then fed."""
+    caller = ToolCaller(bridge.tools, UpstreamCalls(getattr(bridge, "upstreams", None)), bridge.limits)
+    entries = machine.ready_calls()
+    outcomes: dict[str, Any] = {}
+
+    async def make(entry: Any) -> None:
+        outcomes[entry.key] = await caller.make(entry)
+
+    for entry in entries:
+        machine.start_call(entry.key)
+    async with anyio.create_task_group() as group:
+        for entry in entries:
+            group.start_soon(make, entry)
+    for entry in entries:
+        apply(machine, entry.key, outcomes[entry.key])
+    machine.settle_calls()
 
 
 async def _sample_on_server(provider: Any, machine: Machine) -> None:

@@ -51,6 +51,7 @@ from .quotas import CallSlots, QuotaError, RunCaps, run_caps
 from .results import describe_failure, error_result, result_of
 from .rounds import missing_capability, run_round
 from .settings import ServeSettings
+from .upstream import UpstreamCalls, Upstreams
 from .waiting import StoreWaitingRuns
 from .warm import WarmRuns
 from .workflow_tools import WorkflowTools
@@ -77,6 +78,7 @@ class Bridge:
         executor: Executor | None = None,
         caps: RunCaps | None = None,
         call_slots: CallSlots | None = None,
+        upstreams: Upstreams | None = None,
     ) -> None:
         if sampling != "client" and provider is None:
             raise ValueError(f"sampling={sampling!r} needs a provider: give the model endpoint's URL and model")
@@ -95,6 +97,7 @@ class Bridge:
         self.warm = WarmRuns()  # the live runs this replica saved last, continued without a load (warm.py)
         self.call_slots = call_slots  # calls at once per principal (quotas.py); None: no cap
         self.executor = executor  # where sub-branch steps run (branchc.executors); None: in this process
+        self.upstreams = upstreams  # the servers ctx.call_tool(..., server=NAME) reaches (upstream.py)
         if guided and RESUME_TOOL in self.tools:
             raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
         if taken := sorted(self.workflows.names & self.tools.keys()):
@@ -179,14 +182,17 @@ class Bridge:
             return await run_round(self, ctx, tool, model, params)
         held = HeldRun(self.store, tool, ctx.protocol_version or "") if self.store and is_compiled_tool(tool) else None
         try:
+            client = _WatchedClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout)
+            client.upstream_calls = UpstreamCalls(self.upstreams)
             value = await run_tool(
                 tool,
                 model,
-                _WatchedClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout),
+                client,
                 limits=self.limits,
                 call_id=str(ctx.request_id),
                 checkpoint=held,  # with a store, the run is written down before each request it asks
                 executor=self.executor,
+                tools=self.tools,  # ctx.call_tool of a tool of this server: run here, its client phase in the run
             )
         except MissingCapabilityError:  # the same words as the 2026-07-28 era's (rounds.missing_capability)
             return error_result(str(missing_capability(tool, tool.requires - self.offered(ctx))))
@@ -216,6 +222,15 @@ class _WatchedClient(BackchannelClient):
     an elicitation in flight (or asked after it went) ends with InputClosedError, so the driver halts the run
     and its finally blocks run once. before() and after() are never cancelled by it (an after() committing
     to a database finishes; its result is then read by nobody)."""
+
+    upstream_calls: UpstreamCalls | None = None
+
+    async def make_call(self, entry: Any) -> Any:
+        """A call of an upstream tool (its questions are then asked of this client, live, like any request)."""
+        calls = self.upstream_calls or UpstreamCalls(None)
+        with ends_with_connection(self.ctx) as connection:
+            return await calls.make_call(entry)
+        raise InputClosedError(self._gone(connection))
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         with ends_with_connection(self.ctx) as connection:
@@ -259,10 +274,12 @@ def bridge_for(
     store: RunStore | None = None,
     guided_store: RunStore | None = None,
     executor: Executor | None = None,
+    upstreams: Upstreams | None = None,
 ) -> Bridge:
     """The Bridge `settings` describe, for `create_server` and `mount` alike: guided runs held in
     `guided_store` (else `store`, else this process's memory) under the guided TTL and caps, 2026-07-28 runs
-    capped in `store`, and calls at once capped per principal."""
+    capped in `store`, calls at once capped per principal, and the upstream servers `ctx.call_tool` reaches
+    (`upstreams`, else `settings.upstream`)."""
     if provider is None and settings.sampling != "client":
         provider = settings.provider()
     runs = None
@@ -287,6 +304,7 @@ def bridge_for(
         executor=executor,
         caps=run_caps(store, settings),
         call_slots=CallSlots(settings.principal_max_calls),
+        upstreams=upstreams if upstreams is not None else Upstreams(settings.upstream),
     )
 
 

@@ -140,6 +140,9 @@ class ServeSettings(BaseSettings):
     executor: str = "inline"
     """Where branch steps run: inline (this process), process (a pool of this machine's cores; process:N for N
     workers) or dask://HOST:PORT (a dask.distributed scheduler; pip install 'branchc[dask]')."""
+    upstream: Annotated[list[str], NoDecode] = []
+    """An MCP server whose tools ctx.call_tool(..., server=NAME) calls: NAME=stdio:COMMAND ARGS... (split as a
+    shell splits words) or NAME=http://HOST:PORT/PATH; give the flag once per server (the variable: one per line)."""
     result_handlers: bool = False
     """Give every tool an optional result_handler parameter: a Python script run on the tool's output in a
     sandbox, whose value is returned instead of the output."""
@@ -180,6 +183,21 @@ class ServeSettings(BaseSettings):
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("upstream", mode="before")
+    @classmethod
+    def _lines(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [line.strip() for line in value.splitlines() if line.strip()]
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstreams(cls, value: list[str]) -> list[str]:
+        from .upstream import Upstreams
+
+        Upstreams(value)  # an UpstreamError (a ValueError) says which one is wrong and the form to give
         return value
 
     @field_validator("state_key", "provider_key", mode="before")
@@ -271,7 +289,7 @@ _GROUPS = {
     "Who answers": "sampling provider_url provider_model provider_key guided guided_ttl guided_max_runs "
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",
-    "Where work runs": "executor result_handlers handler_engine unsafe_handlers",
+    "Where work runs": "executor upstream result_handlers handler_engine unsafe_handlers",
     "Operating": "otel trace_content console",
 }
 #: The help panel of each flag of `branchc serve` (the rest go under "Options").

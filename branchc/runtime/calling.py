@@ -4,8 +4,9 @@ A tool of this server (in `tools`) is called the way a tools/call runs it: its p
 `before()` on the server, then its client phase as a sub-run of the calling run (the machine's
 `run_tool_client`: a branch of the run, with the tool's own limits, whose samples and elicitations go to
 this run's client), then its `after()`; what fails in any of them is the tool's error result, as MCP gives
-one. Any other tool goes to the client: its `call_tool(name, arguments, server)` (an upstream server, a
-MockClient's script) returns a ToolResult, a dict of one, or its text. A call past its deadline is a
+one. Any other tool goes to the client: its `call_tool(name, arguments, server)` (a MockClient's script)
+returns a ToolResult, a dict of one, or its text; a client with `make_call(call)` (the bridge's upstream
+servers) is given the call itself, and may answer its questions first (`("asks", ...)`). A call past its deadline is a
 ToolTimeoutError at its yield; a call no one here can make is a ToolNotAllowedError.
 
 `make` gives what a driver applies to the machine (`apply`): `("client", ...)` starts the sub-run,
@@ -88,6 +89,9 @@ class ToolCaller:
 
     async def _elsewhere(self, entry: Call) -> Outcome:
         call = entry.call
+        maker = getattr(self.client, "make_call", None)
+        if maker is not None:  # a client that keeps calls across rounds (the bridge's upstreams): it says what's next
+            return await maker(entry)
         caller = getattr(self.client, "call_tool", None)
         if caller is None:
             where = "this server has no such tool" if call.server is None else f"no server {call.server!r} is known"
