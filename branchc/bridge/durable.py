@@ -62,9 +62,18 @@ from ..continuation.generator import suspended_at
 from ..continuation.registry import meta_of
 from ..runtime import tracing
 from ..runtime.builds import build_id, builds_root, keep_build, load_run_or_kept, reading_kept, saved_build_of
+from ..runtime.client import ElicitRequest, SampleRequest
+from ..runtime.errors import (
+    ClientAnswerError,
+    ToolCallError,
+    ToolCallInterruptedError,
+    ToolNotAllowedError,
+    ToolTimeoutError,
+)
 from ..runtime.machine import Machine
 from ..runtime.runstate import RunStateError, dump_run
 from ..runtime.tool import Tool
+from ..runtime.toolcalls import ToolResult
 from ..store.base import (
     RunMeta,
     RunNotFoundError,
@@ -759,17 +768,19 @@ class DurableRounds:
             except (StaleRunError, RunNotFoundError):
                 return None
         saved = deferred = False
+        progress = _RoundProgress(self, record.run_id, claimed)  # its tool calls, written down as they go
 
         async def ready() -> tuple[Any, Machine]:
             feed(machine, answers)
             return handoff, machine
 
         async def again(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> Any:
-            nonlocal saved, deferred, saved_as
+            nonlocal saved, deferred, saved_as, claimed
             asked = _input_requests(ctx, machine)
             if asked is None:
                 return None
             # the record waits for the next round at the version this checkpoint writes: claimed's, plus one
+            claimed = progress.claimed  # (moved on by what the round's tool calls wrote)
             ref = _ref(record.run_id, number + 1, claimed.version + 1)
             response = types.InputRequiredResult(input_requests=asked, request_state=ref)
             meta = run_meta(
@@ -822,9 +833,12 @@ class DurableRounds:
         try:
             # kept live for the next round, unless it runs on a kept build (which the next round chooses again)
             keep_as = None if saved_build_of(tool.client_fn.__module__) else lambda _: saved_as
-            outcome = await guarded(ready(), again, bridge, ctx, tool, resumable=True, keep_as=keep_as)
+            outcome = await guarded(
+                ready(), again, bridge, ctx, tool, resumable=True, keep_as=keep_as, progress=progress
+            )
             finished = machine.done
         finally:
+            claimed = progress.claimed
             if not saved and not finished and not deferred:
                 await self._put_back(record, claimed)  # interrupted before its outcome was written
         if saved:
@@ -836,7 +850,7 @@ class DurableRounds:
             pending=(),
             answers_digest=digest,
             response=stored_response(outcome),
-            extra={k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round", "asked_at")}
+            extra={k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round", "asked_at", "calls")}
             | {"answered": number},
         )
         changes = {"status": status, "saved": "", "meta": meta, "expires": time.time() + self.ttl}
@@ -846,3 +860,86 @@ class DurableRounds:
             except StoreUnavailableError:  # the result is sent; a retry of this round gets it once the store answers
                 self._write_later(record.run_id, claimed.version, changes)
         return outcome
+
+
+class _RoundProgress:
+    """How far a claimed round's tool calls got, in its record (meta.extra["calls"], sealed with the rest), written
+    before each call goes out and as it comes back: a round run again after its server died (its claim taken over)
+    finds there what was done, and neither calls a tool twice nor runs a tool's before() twice (rounds.make_calls).
+    Each write is a compare-and-swap on the claimed record; `claimed` is the record as last written."""
+
+    def __init__(self, durable: DurableRounds, run_id: str, claimed: RunRecord) -> None:
+        self.durable = durable
+        self.run_id = run_id
+        self.claimed = claimed
+        self.calls: dict[str, Any] = dict(claimed.meta.extra.get("calls") or {})
+
+    def known(self, key: str) -> tuple[str, Any] | None:
+        entry = self.calls.get(key)
+        if entry is None:
+            return None
+        return _outcome_of(entry, key)
+
+    async def started(self, keys: list[str]) -> None:
+        self.calls.update({key: {"started": True} for key in keys})
+        await self._write()
+
+    async def came_back(self, key: str, outcome: tuple[str, Any]) -> None:
+        self.calls[key] = _noted(outcome)
+        await self._write()
+
+    async def _write(self) -> None:
+        claimed = self.claimed
+        meta = dataclasses.replace(claimed.meta, extra={**claimed.meta.extra, "calls": self.calls})
+        try:
+            self.claimed = await self.durable._io(
+                self.durable.store.checkpoint, self.run_id, claimed.version, meta=meta
+            )
+        except StaleRunError:
+            raise AnswerError(
+                f"run {self.run_id!r} was taken over by another server while this round made its tool calls; send the "
+                f"same round again for that server's result"
+            ) from None
+
+
+_CALL_ERRORS = {
+    cls.__name__: cls
+    for cls in (ToolCallError, ToolCallInterruptedError, ToolNotAllowedError, ToolTimeoutError, ClientAnswerError)
+}
+
+
+def _noted(outcome: tuple[str, Any]) -> dict[str, Any]:
+    """A tool call's outcome as the JSON data a record keeps of it."""
+    kind, value = outcome
+    if kind == "result":
+        return {"result": value.model_dump(mode="json")}
+    if kind == "client":  # a tool of this server whose before() ran: its handoff, to start its client phase from
+        return {"handoff": value[1]}
+    if kind == "asks":
+        state, questions = value
+        asked = {
+            key: ["sample" if isinstance(q, SampleRequest) else "elicit", q.model_dump(mode="json")]
+            for key, q in questions.items()
+        }
+        return {"asks": state, "questions": asked}
+    return {"error": str(value), "kind": type(value).__name__}
+
+
+def _outcome_of(entry: dict[str, Any], key: str) -> tuple[str, Any]:
+    """A tool call's outcome as a record keeps it (see _noted); a call only started never came back."""
+    if "result" in entry:
+        return "result", ToolResult.model_validate(entry["result"])
+    if "handoff" in entry:
+        return "handoff", entry["handoff"]
+    if "asks" in entry:
+        questions = {
+            name: (SampleRequest if kind == "sample" else ElicitRequest).model_validate(data)
+            for name, (kind, data) in entry["questions"].items()
+        }
+        return "asks", (entry["asks"], questions)
+    if "error" in entry:
+        return "error", _CALL_ERRORS.get(entry.get("kind"), ToolCallError)(entry["error"])
+    return "error", ToolCallInterruptedError(
+        f"tool call {key!r} was under way when the server running this round stopped; whether it took effect is "
+        f"unknown, so it is not made again"
+    )

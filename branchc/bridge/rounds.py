@@ -21,7 +21,7 @@ import json
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as types
@@ -48,9 +48,11 @@ from .upstream import UpstreamCalls
 from .warm import WarmRuns
 
 __all__ = [
+    "CallProgress",
     "check_answered",
     "feed",
     "guarded",
+    "make_calls",
     "missing_capability",
     "released_unless_fed",
     "run_round",
@@ -129,6 +131,7 @@ async def guarded(
     *,
     resumable: bool = False,
     keep_as: Callable[[Any], tuple[Hashable, Any] | None] | None = None,
+    progress: CallProgress | None = None,
 ) -> Any:
     """Get the run (`started`), step it until it ends (the call's result) or `waiting(ctx, handoff,
     machine)` gives the answer for a run that waits; every failure is a tool error result.
@@ -144,7 +147,8 @@ async def guarded(
     halted: its finally blocks run now, and what they log is still sent if it can be.
 
     `keep_as(response)`: (key, note) under which the bridge's WarmRuns keeps the saved run's live machine
-    for the round that continues it (warm.py); None, or no `keep_as`: the live copy is released."""
+    for the round that continues it (warm.py); None, or no `keep_as`: the live copy is released.
+    `progress`: where the round's tool calls are written down as they go (make_calls)."""
     machine: Machine | None = None
     try:
         try:
@@ -157,7 +161,7 @@ async def guarded(
                 if machine.done:
                     break
                 if machine.ready_calls():  # tool calls are made here, in the round, by the server
-                    await make_calls(bridge, machine)
+                    await make_calls(bridge, machine, progress)
                     continue
                 if provider is not None and any(request.kind == "sample" for request in machine.pending):
                     await _sample_on_server(provider, machine)
@@ -314,21 +318,47 @@ def _input_requests(ctx: ServerRequestContext, machine: Machine) -> dict[str, An
     return requests
 
 
-async def make_calls(bridge: Any, machine: Machine) -> None:
+class CallProgress(Protocol):
+    """Where a round keeps how far its tool calls got, so that a round run again (its server died) neither calls
+    a tool twice nor runs a tool's before() twice: a store (durable.py)."""
+
+    def known(self, key: str) -> tuple[str, Any] | None: ...
+
+    async def started(self, keys: list[str]) -> None: ...
+
+    async def came_back(self, key: str, outcome: tuple[str, Any]) -> None: ...
+
+
+async def make_calls(bridge: Any, machine: Machine, progress: CallProgress | None = None) -> None:
     """Make the run's ready tool calls, at once: a tool of this server runs its phases here (its client phase as
     a sub-run of the run), an upstream one goes to its server (upstream.py); each outcome is applied in the order
-    the calls were made, then fed."""
+    the calls were made, then fed. With `progress`, each call is written down as started before it goes out and
+    its outcome as it comes back; an outcome written down already is used as it is, and a call started and never
+    come back (the round's server died) is a ToolCallInterruptedError at its yield."""
     caller = ToolCaller(bridge.tools, UpstreamCalls(getattr(bridge, "upstreams", None)), bridge.limits)
     entries = machine.ready_calls()
     outcomes: dict[str, Any] = {}
+    if progress is not None:
+        for entry in entries:
+            known = progress.known(entry.key)
+            if known is not None and known[0] == "handoff":  # its before() ran: its client phase starts from there
+                known = caller.client_outcome(entry, known[1])
+            if known is not None:
+                outcomes[entry.key] = known
+    todo = [entry for entry in entries if entry.key not in outcomes]
 
     async def make(entry: Any) -> None:
-        outcomes[entry.key] = await caller.make(entry)
+        outcome = await caller.make(entry)
+        if progress is not None:
+            await progress.came_back(entry.key, outcome)
+        outcomes[entry.key] = outcome
 
-    for entry in entries:
+    for entry in todo:
         machine.start_call(entry.key)
+    if progress is not None and todo:
+        await progress.started([entry.key for entry in todo])
     async with anyio.create_task_group() as group:
-        for entry in entries:
+        for entry in todo:
             group.start_soon(make, entry)
     for entry in entries:
         apply(machine, entry.key, outcomes[entry.key])

@@ -84,8 +84,14 @@ class ToolCaller:
             handoff = await handoff_of(tool, params)
         except BranchcError as error:  # bad arguments, or before() failed: the tool's error, as a tools/call gives it
             return "result", ToolResult.failed(str(error))
-        limits = tool.limits.tighten(self.policy)
-        return "client", (tool.client_fn, json.loads(json.dumps(handoff)), limits, tool.client_fn.__qualname__)
+        return self.client_outcome(entry, json.loads(json.dumps(handoff)))
+
+    def client_outcome(self, entry: Call, handoff: Any) -> Outcome:
+        """The outcome that starts the client phase of the tool of this server `entry` calls, from `handoff`
+        (what its before() gave: now, or in a round that ran before, written down)."""
+        assert self.tools is not None
+        tool = self.tools[entry.call.name]
+        return "client", (tool.client_fn, handoff, tool.limits.tighten(self.policy), tool.client_fn.__qualname__)
 
     async def _elsewhere(self, entry: Call) -> Outcome:
         call = entry.call
