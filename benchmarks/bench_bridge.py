@@ -15,9 +15,16 @@
    TOKEN`), and with `--auth-jwks FILE --auth-issuer --auth-audience` (an RS256 JWT of a local JWKS
    file). All three serve at once; each round measures them in turn, in a rotating order, in both eras.
 
+4. What traces and metrics cost per round: 2026-07-28 rounds of the looping tool with a SQLite store, in
+   process (the SDK's in-memory client), with no OpenTelemetry set up (the baseline: no span is made, no figure
+   recorded), with a tracer provider whose spans go to an in-memory exporter (through the SDK's batch processor,
+   as `serve --otel` exports), with a meter provider read by an in-memory reader (`--metrics`), and with both.
+   A provider is set once per process, so each setup runs in a process of its own; the setups run in turn, in a
+   rotating order, and each is given as a ratio to the baseline of the same turn.
+
 The 2026-07-28 era's rounds, against a replaying handler, are benchmarks/bench_rounds.py.
 
-    python benchmarks/bench_bridge.py [--quick] [--only auth]
+    python benchmarks/bench_bridge.py [--quick] [--only auth] [--only tracing]
 """
 
 from __future__ import annotations
@@ -358,6 +365,115 @@ def bench_auth(folder: Path, calls: int, rounds: int) -> None:
             print(line)
 
 
+# One setup of part 4, in a process of its own: argv = setup, rounds per call, calls; prints ms per round.
+TRACED = textwrap.dedent(
+    """
+    import json
+    import sys
+    import time
+    import warnings
+    from pathlib import Path
+
+    import anyio
+    import mcp.types as types
+    from mcp import Client
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    warnings.simplefilter("ignore", MCPDeprecationWarning)
+    setup, n, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if setup in ("traces", "both"):
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+        trace.set_tracer_provider(provider)
+    if setup in ("metrics", "both"):
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+    from branchc.store.keys import KeyRing
+    from branchc.store.url import open_store
+
+    folder = Path(sys.argv[4])
+    keys = KeyRing.parse("k" * 40)
+    database = folder / f"runs-{setup}.db"
+    database.unlink(missing_ok=True)
+    tools = load_served_tools(folder / "loop_tool.py")
+    server = create_server(tools, store=open_store(f"sqlite:///{database}", keys), keys=keys)
+
+
+    async def answer(ctx, params):
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+
+    async def main():
+        async with Client(server, mode="2026-07-28", sampling_callback=answer) as client:
+            session = client.session
+            await session.call_tool("loop", {"n": 1}, allow_input_required=True)  # first use of each path
+            rounds, start = 0, time.perf_counter()
+            for _ in range(calls):
+                state, responses = None, None
+                while True:
+                    result = await session.call_tool(
+                        "loop", {"n": n}, input_responses=responses, request_state=state, allow_input_required=True
+                    )
+                    rounds += 1
+                    if not isinstance(result, types.InputRequiredResult):
+                        break
+                    state, (key,) = result.request_state, result.input_requests
+                    responses = {key: await answer(None, None)}
+                assert not result.is_error, result
+            print(json.dumps({"ms": (time.perf_counter() - start) * 1000 / rounds}))
+
+
+    anyio.run(main)
+    """
+)
+TRACE_SETUPS = ("off", "traces", "metrics", "both")
+
+
+def bench_tracing(folder: Path, n: int, calls: int, rounds: int) -> None:
+    script = folder / "traced.py"
+    script.write_text(TRACED)
+    env = {
+        **os.environ,
+        **QUIET,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    times: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    ratios: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    for turn in range(rounds):
+        order = TRACE_SETUPS[turn % len(TRACE_SETUPS) :] + TRACE_SETUPS[: turn % len(TRACE_SETUPS)]
+        this: dict[str, float] = {}
+        for setup in order:
+            done = subprocess.run(
+                [sys.executable, str(script), setup, str(n), str(calls), str(folder)],
+                capture_output=True, text=True, env=env, check=True,
+            )  # fmt: skip
+            this[setup] = json.loads(done.stdout)["ms"]
+            times[setup].append(this[setup])
+        for setup in TRACE_SETUPS:
+            ratios[setup].append(this[setup] / this["off"])
+    print(f"\n4. traces and metrics per 2026-07-28 round (SQLite store, in process; {calls} calls of {n} rounds, "
+          f"{rounds} turns; median [min .. max])")  # fmt: skip
+    for setup in TRACE_SETUPS:
+        line = f"   {setup:8} {spread(times[setup], '.3f')} ms/round"
+        if setup != "off":
+            added = [(t - o) * 1000 for t, o in zip(times[setup], times["off"], strict=True)]
+            line += f"   added {spread(added, '+.0f')} us   x{spread(ratios[setup], '.3f')}"
+        print(line)
+
+
 def spread(values: list[float], form: str) -> str:
     return f"{format(statistics.median(values), form)} [{format(min(values), form)} .. {format(max(values), form)}]"
 
@@ -365,9 +481,10 @@ def spread(values: list[float], form: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    parser.add_argument("--only", choices=["stdio", "http", "auth"], action="append", help="run only these parts")
+    parts = ["stdio", "http", "auth", "tracing"]
+    parser.add_argument("--only", choices=parts, action="append", help="run only these parts")
     args = parser.parse_args()
-    only = set(args.only or ["stdio", "http", "auth"])
+    only = set(args.only or parts)
     with tempfile.TemporaryDirectory(prefix="branchc-bench-") as name:
         folder = Path(name)
         os.environ["BRANCHC_CACHE"] = str(folder / "cache")  # the servers compile into it
@@ -379,6 +496,8 @@ def main() -> None:
             bench_http_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
         if "auth" in only:
             bench_auth(folder, 100 if args.quick else 300, 3 if args.quick else 7)
+        if "tracing" in only:
+            bench_tracing(folder, 20, 5 if args.quick else 25, 3 if args.quick else 7)
 
 
 if __name__ == "__main__":
