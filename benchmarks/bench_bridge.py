@@ -370,13 +370,10 @@ TRACED = textwrap.dedent(
     """
     import json
     import sys
-    import time
     import warnings
     from pathlib import Path
 
     import anyio
-    import mcp.types as types
-    from mcp import Client
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -407,31 +404,15 @@ TRACED = textwrap.dedent(
     database = folder / f"runs-{setup}.db"
     database.unlink(missing_ok=True)
     tools = load_served_tools(folder / "loop_tool.py")
-    server = create_server(tools, store=open_store(f"sqlite:///{database}", keys), keys=keys)
-
-
-    async def answer(ctx, params):
-        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+    # no fsync (synchronous=off): the disk's noise is not what is measured here
+    server = create_server(tools, store=open_store(f"sqlite:///{database}?synchronous=off", keys), keys=keys)
 
 
     async def main():
-        async with Client(server, mode="2026-07-28", sampling_callback=answer) as client:
-            session = client.session
-            await session.call_tool("loop", {"n": 1}, allow_input_required=True)  # first use of each path
-            rounds, start = 0, time.perf_counter()
-            for _ in range(calls):
-                state, responses = None, None
-                while True:
-                    result = await session.call_tool(
-                        "loop", {"n": n}, input_responses=responses, request_state=state, allow_input_required=True
-                    )
-                    rounds += 1
-                    if not isinstance(result, types.InputRequiredResult):
-                        break
-                    state, (key,) = result.request_state, result.input_requests
-                    responses = {key: await answer(None, None)}
-                assert not result.is_error, result
-            print(json.dumps({"ms": (time.perf_counter() - start) * 1000 / rounds}))
+        from bench_rounds import one_call  # beside this script, on PYTHONPATH
+
+        times = sorted([(await one_call(server, n))[0] for _ in range(calls)])
+        print(json.dumps({"ms": times[len(times) // 2]}))  # the median call's
 
 
     anyio.run(main)
@@ -440,16 +421,29 @@ TRACED = textwrap.dedent(
 TRACE_SETUPS = ("off", "traces", "metrics", "both")
 
 
+def off_path_ns(repeat: int = 200_000) -> float:
+    """ns that one round's instrumentation points take with nothing set up (this process sets no provider): the
+    round, three store operations, a checkpoint, the answered questions, and the round's response noted."""
+    from branchc.runtime import tracing
+
+    assert not tracing.recording() and not tracing.measuring()
+    start = time.perf_counter_ns()
+    for _ in range(repeat):
+        with tracing.observed_round("loop", "2026-07-28", number=1, run_id="r") as round_:
+            for name in ("load_and_claim", "write", "checkpoint"):
+                with tracing.store_operation(name):
+                    pass
+            tracing.checkpoint_written("x", "loop", "2026-07-28")
+            tracing.effects_answered(None, {}, {}, "loop", "2026-07-28")
+            round_.ended(None)
+    return (time.perf_counter_ns() - start) / repeat
+
+
 def bench_tracing(folder: Path, n: int, calls: int, rounds: int) -> None:
     script = folder / "traced.py"
     script.write_text(TRACED)
-    env = {
-        **os.environ,
-        **QUIET,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")])
-        ),
-    }
+    paths = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]  # branchc, bench_rounds
+    env = {**os.environ, **QUIET, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
     times: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
     ratios: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
     for turn in range(rounds):
@@ -464,14 +458,16 @@ def bench_tracing(folder: Path, n: int, calls: int, rounds: int) -> None:
             times[setup].append(this[setup])
         for setup in TRACE_SETUPS:
             ratios[setup].append(this[setup] / this["off"])
-    print(f"\n4. traces and metrics per 2026-07-28 round (SQLite store, in process; {calls} calls of {n} rounds, "
-          f"{rounds} turns; median [min .. max])")  # fmt: skip
+    print(f"\n4. traces and metrics per 2026-07-28 round (SQLite store, in process; the median of {calls} calls of "
+          f"{n} rounds per process, {rounds} turns; median [min .. max])")  # fmt: skip
     for setup in TRACE_SETUPS:
         line = f"   {setup:8} {spread(times[setup], '.3f')} ms/round"
         if setup != "off":
             added = [(t - o) * 1000 for t, o in zip(times[setup], times["off"], strict=True)]
             line += f"   added {spread(added, '+.0f')} us   x{spread(ratios[setup], '.3f')}"
         print(line)
+    costs = [off_path_ns() for _ in range(5)]
+    print(f"   off: one round's instrumentation points, nothing set up: {spread(costs, '.0f')} ns")
 
 
 def spread(values: list[float], form: str) -> str:

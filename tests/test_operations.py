@@ -31,6 +31,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from test_durable_rounds import MODERN, NAME, TOOL_FILE, answer_all, call, expected, final, lines
+from test_held_runs import StopsAt
 
 from branchc.store import open_store
 
@@ -176,34 +177,9 @@ async def test_readyz_says_not_ready_once_the_store_is_gone(cache, tmp_path) -> 
 # -- the drain: two replicas, one sent SIGTERM mid-load -----------------------------------------------------
 
 
-class Answering:
-    """Handshake-era callbacks: question n is answered after `delay` seconds ("reply n" / {"value": n}); question
-    `stop` is never answered (the client waits on it)."""
-
-    def __init__(self, delay: float = 0.0, stop: int | None = None) -> None:
-        self.delay, self.stop = delay, stop
-        self.stopped = anyio.Event()
-
-    async def _number(self, text: str) -> int:
-        number = int(text.split()[-1])
-        if number == self.stop:
-            self.stopped.set()
-            await anyio.sleep_forever()
-        await anyio.sleep(self.delay)
-        return number
-
-    async def sampling(self, ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-        text = "".join(block.text for block in params.messages[-1].content_as_list if block.type == "text")
-        number = await self._number(text)
-        return types.CreateMessageResult(
-            role="assistant", model="scripted", content=types.TextContent(type="text", text=f"reply {number}")
-        )
-
-    async def elicitation(self, ctx: Any, params: Any) -> types.ElicitResult:
-        return types.ElicitResult(action="accept", content={"value": await self._number(params.message)})
-
-    def legacy(self) -> dict[str, Any]:
-        return {"mode": "legacy", "sampling_callback": self.sampling, "elicitation_callback": self.elicitation}
+def legacy(answers: StopsAt) -> dict[str, Any]:
+    """A handshake-era client's options, answering as `answers` does."""
+    return {"mode": "legacy", "sampling_callback": answers.sampling, "elicitation_callback": answers.elicitation}
 
 
 class Replicas:
@@ -276,7 +252,7 @@ async def _drained_mid_load(cache: str, tmp_path: Path, store: str) -> None:
         logs: dict[str, tuple[Path, int]] = {}
         started = anyio.Event()
         moved: list[bool] = []  # whether each handshake-era worker was refused by replica 0, and went on on 1
-        held = Answering(stop=2)
+        held = StopsAt(2)  # its client never answers question 2
 
         async def modern(worker: int) -> None:
             """2026-07-28 calls, round k of call i on replica (i + k) % 2 while it serves."""
@@ -298,7 +274,7 @@ async def _drained_mid_load(cache: str, tmp_path: Path, store: str) -> None:
 
         async def handshake(worker: int) -> None:
             """Handshake-era calls on replica 0 while it takes them, then on replica 1; each answer takes 0.2 s."""
-            async with Replicas(urls, Answering(delay=0.2).legacy()) as replicas:
+            async with Replicas(urls, legacy(StopsAt(None, delay=0.2))) as replicas:
                 for index in range(5):
                     name = f"handshake-{worker}-{index}"
                     logs[name] = (tmp_path / f"{name}.txt", 4)
@@ -309,7 +285,7 @@ async def _drained_mid_load(cache: str, tmp_path: Path, store: str) -> None:
 
         async def held_back() -> None:
             logs["held"] = (tmp_path / "held.txt", 4)
-            async with Client(urls[0], **held.legacy()) as client:
+            async with Client(urls[0], **legacy(held)) as client:
                 results["held"] = await client.session.call_tool(NAME, {"rounds": 4, "log": str(logs["held"][0])})
 
         async with anyio.create_task_group() as group:
@@ -318,7 +294,7 @@ async def _drained_mid_load(cache: str, tmp_path: Path, store: str) -> None:
                 group.start_soon(modern, worker)
             for worker in range(3):
                 group.start_soon(handshake, worker)
-            await held.stopped.wait()
+            await held.asked.wait()
             await started.wait()
             await anyio.sleep(0.5)  # mid-load: every kind of call in flight
             zero.send_signal(signal.SIGTERM)

@@ -113,6 +113,49 @@ def named(spans: Any, name: str) -> list[ReadableSpan]:
     return [span for span in spans.get_finished_spans() if span.name == name]
 
 
+async def handled_words(*scripts: str) -> list[Any]:
+    """What a plain MCPServer tool, `words`, gives each result handler script (the Monty engine), in turn."""
+    from mcp.server import MCPServer
+
+    from branchc.bridge.handlers.monty import MontyEngine
+    from branchc.bridge.handlers.wrap import add_result_handlers
+
+    server = MCPServer("plain")
+
+    @server.tool(structured_output=False)
+    def words() -> str:
+        """Some words."""
+        return "a b c"
+
+    engine = MontyEngine()
+    add_result_handlers(server, engine)
+    try:
+        async with Client(server, mode="2026-07-28") as client:
+            handler = {"language": "python"}
+            return [await client.call_tool("words", {"result_handler": {**handler, "script": s}}) for s in scripts]
+    finally:
+        await engine.aclose()
+
+
+async def fanout_call(tmp_path: Path, monkeypatch: Any, **options: Any) -> types.CallToolResult:
+    """A handshake-era call of tests/servers/executor_tools.py's `fanout`, its client answering at once."""
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    executor_tools = load_served_tools(Path(__file__).resolve().parent / "servers" / "executor_tools.py")
+
+    async def sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="x"))
+
+    async def elicitation(ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"word": "w"})
+
+    served = create_server({"fanout": executor_tools["fanout"]}, **options)
+    async with Client(served, mode="legacy", sampling_callback=sampling, elicitation_callback=elicitation) as client:
+        return await client.session.call_tool("fanout", {"marker": str(tmp_path / "marker")})
+
+
 async def test_a_run_across_two_replicas_is_one_trace(spans, tools, tmp_path) -> None:
     """Three answers, four rounds, taken in turn by two servers over one SQLite file: the rounds are one trace, each
     later round a child of the first, linked to the request (a trace of its own) that carried it."""
@@ -230,28 +273,7 @@ async def test_branch_steps_on_an_executor_are_spans_from_submission_to_outcome(
 
 
 async def test_a_result_handler_is_a_span_and_its_failure_an_error_on_it(spans) -> None:
-    from mcp.server import MCPServer
-
-    from branchc.bridge.handlers.monty import MontyEngine
-    from branchc.bridge.handlers.wrap import add_result_handlers
-
-    server = MCPServer("plain")
-
-    @server.tool(structured_output=False)
-    def words() -> str:
-        """Some words."""
-        return "a b c"
-
-    engine = MontyEngine()
-    add_result_handlers(server, engine)
-    try:
-        async with Client(server, mode="2026-07-28") as client:
-            done = await client.call_tool(
-                "words", {"result_handler": {"language": "python", "script": "len(tool_output)"}}
-            )
-            bad = await client.call_tool("words", {"result_handler": {"language": "python", "script": "1 / 0"}})
-    finally:
-        await engine.aclose()
+    done, bad = await handled_words("len(tool_output)", "1 / 0")
     assert not done.is_error and bad.is_error
     ran, failed = sorted(named(spans, "branchc.result_handler"), key=lambda span: span.start_time)
     assert ran.attributes["branchc.engine"] == "monty" and ran.attributes["branchc.tool"] == "words"
@@ -260,21 +282,7 @@ async def test_a_result_handler_is_a_span_and_its_failure_an_error_on_it(spans) 
 
 
 async def test_a_handshake_run_shows_its_branches_as_children_of_its_request(spans, tmp_path, monkeypatch) -> None:
-    from branchc.bridge.loading import load_served_tools
-    from branchc.bridge.server import create_server
-
-    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
-    executor_tools = load_served_tools(Path(__file__).resolve().parent / "servers" / "executor_tools.py")
-
-    async def sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
-        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="x"))
-
-    async def elicitation(ctx: Any, params: Any) -> types.ElicitResult:
-        return types.ElicitResult(action="accept", content={"word": "w"})
-
-    server = create_server({"fanout": executor_tools["fanout"]})
-    async with Client(server, mode="legacy", sampling_callback=sampling, elicitation_callback=elicitation) as client:
-        result = await client.session.call_tool("fanout", {"marker": str(tmp_path / "marker")})
+    result = await fanout_call(tmp_path, monkeypatch)
     assert not result.is_error, result
     (request,) = [span for span in spans.get_finished_spans() if span.name == "tools/call fanout"]
     branches = named(spans, "branchc.branch")
@@ -369,42 +377,10 @@ async def test_rounds_effects_store_and_checkpoints_are_measured(spans, figures,
 async def test_handshake_calls_handlers_and_executor_steps_are_measured(spans, figures, tmp_path, monkeypatch) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from mcp.server import MCPServer
-
-    from branchc.bridge.handlers.monty import MontyEngine
-    from branchc.bridge.handlers.wrap import add_result_handlers
-    from branchc.bridge.loading import load_served_tools
-    from branchc.bridge.server import create_server
-
-    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
-    executor_tools = load_served_tools(Path(__file__).resolve().parent / "servers" / "executor_tools.py")
-
-    async def sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
-        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="x"))
-
-    async def elicitation(ctx: Any, params: Any) -> types.ElicitResult:
-        return types.ElicitResult(action="accept", content={"word": "w"})
-
     before = figures()
     with ThreadPoolExecutor(2) as pool:
-        served = create_server({"fanout": executor_tools["fanout"]}, executor=pool)
-        async with Client(served, mode="legacy", sampling_callback=sampling, elicitation_callback=elicitation) as c:
-            assert not (await c.session.call_tool("fanout", {"marker": str(tmp_path / "marker")})).is_error
-    plain = MCPServer("plain")
-
-    @plain.tool(structured_output=False)
-    def words() -> str:
-        """Some words."""
-        return "a b c"
-
-    engine = MontyEngine()
-    add_result_handlers(plain, engine)
-    try:
-        async with Client(plain, mode="2026-07-28") as client:
-            for script in ("len(tool_output)", "1 / 0"):
-                await client.call_tool("words", {"result_handler": {"language": "python", "script": script}})
-    finally:
-        await engine.aclose()
+        assert not (await fanout_call(tmp_path, monkeypatch, executor=pool)).is_error
+    await handled_words("len(tool_output)", "1 / 0")
     after = figures()
     handshake = {"branchc.tool": "fanout", "branchc.era": "2025-11-25"}
     assert grown(before, after, "branchc.rounds.started", **handshake) == 1

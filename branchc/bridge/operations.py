@@ -146,12 +146,12 @@ class Operations:
             await self.app(scope, receive, send)
             return
         path, method = scope.get("path", ""), scope.get("method", "")
-        if path == "/healthz" and method in ("GET", "HEAD"):
+        if path == "/healthz" and method == "GET":
             await _text(send, 200, "ok")
-        elif path == "/readyz" and method in ("GET", "HEAD"):
+        elif path == "/readyz" and method == "GET":
             problem = "draining" if self.drain.draining else await self.readiness.check()
             await _text(send, 200 if problem is None else 503, "ready" if problem is None else f"not ready: {problem}")
-        elif path == "/metrics" and self.metrics is not None and method in ("GET", "HEAD"):
+        elif path == "/metrics" and self.metrics is not None and method == "GET":
             await self._metrics(scope, send)
         elif method == "POST" and self.drain.draining:
             await self._gated(scope, receive, send)

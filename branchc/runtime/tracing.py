@@ -22,6 +22,7 @@ import contextvars
 import json
 import os
 import sysconfig
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ from typing import Any
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import Link, Span, StatusCode
 
 __all__ = [
@@ -98,9 +100,24 @@ def recording() -> bool:
     """Whether a tracer provider is set for this process (`serve --otel`, or a test's): until then no span
     records anything. Once set, it stays."""
     global _RECORDING
-    if not _RECORDING and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not _RECORDING and _set(trace, "_TRACER_PROVIDER", _tracer_provider_set):
         _RECORDING = True
     return _RECORDING
+
+
+def _set(module: Any, name: str, check: Callable[[], bool]) -> bool:
+    """Whether the API's global provider `module.name` is set: read from the global itself while the API keeps it
+    there (`get_*_provider()` reads the environment each time: a few us, at every point of every round while
+    nothing is set up), else by `check()`."""
+    value = getattr(module, name, _UNKNOWN)
+    return check() if value is _UNKNOWN else value is not None
+
+
+_UNKNOWN = object()
+
+
+def _tracer_provider_set() -> bool:
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def failed(current: Span, error: BaseException) -> None:
@@ -201,6 +218,7 @@ def note(**about: Any) -> None:
 # -- metrics -----------------------------------------------------------------------------------------------
 
 _MEASURING = False
+_MAKING = threading.Lock()
 _INSTRUMENTS: _Instruments | None = None
 _WAITING: list[Callable[[], Mapping[tuple[str, str], int]]] = []  # the servers' counts of waiting runs
 
@@ -262,9 +280,11 @@ def measuring() -> bool:
     """Whether a meter provider is set for this process (`serve --metrics`, or a test's): until then nothing is
     measured. Once set, it stays."""
     global _MEASURING, _INSTRUMENTS
-    if not _MEASURING and _meter_provider_set():
-        _INSTRUMENTS = _Instruments(metrics.get_meter("branchc"))
-        _MEASURING = True
+    if not _MEASURING and _set(_metrics_api, "_METER_PROVIDER", _meter_provider_set):
+        with _MAKING:  # store threads measure too: the instruments are made once
+            if not _MEASURING:
+                _INSTRUMENTS = _Instruments(metrics.get_meter("branchc"))
+                _MEASURING = True
     return _MEASURING
 
 
@@ -316,7 +336,6 @@ def _guides(response: Any) -> bool:
     return isinstance(structured, dict) and "state_id" in structured and "next_action" in structured
 
 
-@contextlib.contextmanager
 def observed_round(
     tool: str,
     era: str,
@@ -326,13 +345,44 @@ def observed_round(
     context: Context | None = None,
     links: list[Link] | None = None,
     spanned: bool = True,
-) -> Iterator[Round]:
+) -> contextlib.AbstractContextManager[Round]:
     """A round: its `branchc.round` span (unless not `spanned`: a handshake-era call, whose request's span is its
-    own), and its counts and duration; the caller gives its response to `Round.ended`."""
+    own), and its counts and duration; the caller gives its response to `Round.ended`. Its number and run id go on
+    the call's context (log lines) whatever is set up."""
     if (call := CALL.get()) is not None:
         call.update((key, value) for key, value in (("round", number), ("run_id", run_id)) if value is not None)
+    if not _MEASURING and not _RECORDING and not measuring() and not recording():
+        return _UNOBSERVED  # nothing set up: no span, no figure, no generator
+    return _observed_round(tool, era, number=number, run_id=run_id, context=context, links=links, spanned=spanned)
+
+
+class _Unobserved(contextlib.AbstractContextManager):  # type: ignore[type-arg]
+    """The round, or the store operation, when nothing is set up: nothing to open or close."""
+
+    def __enter__(self) -> Round:
+        return _NO_ROUND
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNOBSERVED = _Unobserved()
+_NO_ROUND = Round(trace.INVALID_SPAN)  # shared: what it notes is read by no one
+
+
+@contextlib.contextmanager
+def _observed_round(
+    tool: str,
+    era: str,
+    *,
+    number: int | None = None,
+    run_id: str | None = None,
+    context: Context | None = None,
+    links: list[Link] | None = None,
+    spanned: bool = True,
+) -> Iterator[Round]:
     if not _MEASURING and not measuring():
-        if not spanned:
+        if not spanned or not recording():
             yield Round(trace.INVALID_SPAN)
             return
         attributes = {"branchc__tool": tool, "branchc__round": number, "branchc__era": era, "branchc__run_id": run_id}
@@ -362,9 +412,15 @@ def observed_round(
         instruments.round_duration.record(time.perf_counter() - started, outcome)
 
 
-@contextlib.contextmanager
-def store_operation(name: str) -> Iterator[None]:
+def store_operation(name: str) -> contextlib.AbstractContextManager[Any]:
     """A store call: its `branchc.store NAME` span and its duration."""
+    if not _MEASURING and not _RECORDING and not measuring() and not recording():
+        return _UNOBSERVED
+    return _store_operation(name)
+
+
+@contextlib.contextmanager
+def _store_operation(name: str) -> Iterator[None]:
     if not _MEASURING and not measuring():
         with span(f"branchc.store {name}"):
             yield
@@ -389,7 +445,7 @@ def effects_answered(asked: Any, requests: Mapping[str, Any], answers: Mapping[s
     """The samples and forms of `requests` (a machine's, by key), asked when `asked` says ({"at": ns, "trace": the
     asking round's context}), were answered now with `answers`: each is a span of its own from then to now, in the
     asking round's trace, and a measure of the wait. Nothing when `asked` is not that (a record from before)."""
-    if not isinstance(asked, Mapping) or type(asked.get("at")) is not int:
+    if type(asked) is not dict or type(asked.get("at")) is not int:  # (a record's JSON: a plain dict)
         return
     now = time.time_ns()
     if _MEASURING or measuring():
