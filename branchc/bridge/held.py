@@ -192,16 +192,20 @@ class HeldRun:
         return self._handed_over()
 
     async def end(self, status: str, response: dict[str, Any] | None) -> None:
-        """The run ended here (done, failed, cancelled): say so, with its response; never raises."""
+        """The run ended here (done, failed, cancelled): say so, with its response; never raises. After its hand-over
+        raced it (a call cancelled as the drain handed it over), this write wins: its cleanup ran here."""
         self._unregister()
         if self.record is None:
             return
-        extra = {k: v for k, v in self.record.meta.extra.items() if k != "held"} | {"ended_by": self.me}
-        meta = dataclasses.replace(self.record.meta, waits=(), pending=(), response=response, extra=extra)
         with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, RunTakenOverError):
-            self.record = await self._write(
-                status=status, saved="", meta=meta, expires=time.time() + min(self.ttl, 600.0)
-            )
+            async with self._lock:
+                self._waiting = False
+                drop = ("held", "released")
+                extra = {k: v for k, v in self.record.meta.extra.items() if k not in drop} | {"ended_by": self.me}
+                meta = dataclasses.replace(self.record.meta, waits=(), pending=(), response=response, extra=extra)
+                self.record = await self._write(
+                    status=status, saved="", meta=meta, expires=time.time() + min(self.ttl, 600.0)
+                )
 
     async def let_go(self) -> None:
         """This process stops holding the run, which stays where it waits (a takeover, or a resume that
@@ -209,11 +213,13 @@ class HeldRun:
         self._unregister()
         if self.record is None:
             return
-        meta = dataclasses.replace(
-            self.record.meta, extra={k: v for k, v in self.record.meta.extra.items() if k != "held"}
-        )
         with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, RunTakenOverError):
-            self.record = await self._write(status="waiting", meta=meta)
+            async with self._lock:
+                self._waiting = False
+                extra = {k: v for k, v in self.record.meta.extra.items() if k != "held"}
+                self.record = await self._write(
+                    status="waiting", meta=dataclasses.replace(self.record.meta, extra=extra)
+                )
 
     async def _write(self, **changes: Any) -> RunRecord:
         record = self.record
