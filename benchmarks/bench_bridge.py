@@ -17,8 +17,9 @@
 
 4. What traces and metrics cost per round: 2026-07-28 rounds of the looping tool with a SQLite store, in
    process (the SDK's in-memory client), with no OpenTelemetry set up (the baseline: no span is made, no figure
-   recorded), with a tracer provider whose spans go to an in-memory exporter (through the SDK's batch processor,
-   as `serve --otel` exports), with a meter provider read by an in-memory reader (`--metrics`), and with both.
+   recorded), with a tracer provider whose spans go through the SDK's batch processor (as `serve --otel`
+   exports) to an exporter that drops them, with a meter provider read by an in-memory reader (`--metrics`;
+   never collected), and with both; and what branchc's own instrumentation points of a round take in each.
    A provider is set once per process, so each setup runs in a process of its own; the setups run in turn, in a
    rotating order, and each is given as a ratio to the baseline of the same turn.
 
@@ -48,6 +49,7 @@ import urllib.request
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import jwt
@@ -381,11 +383,14 @@ TRACED = textwrap.dedent(
     if setup in ("traces", "both"):
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+        class Dropped(SpanExporter):  # an exporter that ships nothing: what spans cost up to the wire
+            def export(self, spans):
+                return SpanExportResult.SUCCESS
 
         provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+        provider.add_span_processor(BatchSpanProcessor(Dropped()))
         trace.set_tracer_provider(provider)
     if setup in ("metrics", "both"):
         from opentelemetry import metrics
@@ -409,10 +414,20 @@ TRACED = textwrap.dedent(
 
 
     async def main():
+        import time
+
         from bench_rounds import one_call  # beside this script, on PYTHONPATH
 
+        await one_call(server, n)  # first use of each path
+        cpu = time.process_time()  # every thread's: the span processor exports on one of its own
         times = sorted([(await one_call(server, n))[0] for _ in range(calls)])
-        print(json.dumps({"ms": times[len(times) // 2]}))  # the median call's
+        rounds = calls * (n + 2)  # each call: a warm-up round, then n + 1 rounds
+        cpu = (time.process_time() - cpu) * 1e6 / rounds
+        from bench_bridge import points_ns
+
+        # the median call's wall time per round, the process's CPU time per round over all calls, and what
+        # branchc's own instrumentation points of one round take as this process is set up
+        print(json.dumps({"ms": times[len(times) // 2], "cpu_us": cpu, "points_ns": points_ns(20_000)}))
 
 
     anyio.run(main)
@@ -421,22 +436,26 @@ TRACED = textwrap.dedent(
 TRACE_SETUPS = ("off", "traces", "metrics", "both")
 
 
-def off_path_ns(repeat: int = 200_000) -> float:
-    """ns that one round's instrumentation points take with nothing set up (this process sets no provider): the
-    round, three store operations, a checkpoint, the answered questions, and the round's response noted."""
+def points_ns(repeat: int = 200_000) -> float:
+    """ns that one round's instrumentation points take, as this process is set up: the round, three store
+    operations, a checkpoint, two answered questions, and the round's response noted."""
     from branchc.runtime import tracing
 
-    assert not tracing.recording() and not tracing.measuring()
+    asked = {"at": time.time_ns(), "trace": {}}
+    requests = {"sample-1": SimpleNamespace(kind="sample", sample=None), "elicit-1": _ELICIT}
     start = time.perf_counter_ns()
     for _ in range(repeat):
         with tracing.observed_round("loop", "2026-07-28", number=1, run_id="r") as round_:
             for name in ("load_and_claim", "write", "checkpoint"):
                 with tracing.store_operation(name):
                     pass
-            tracing.checkpoint_written("x", "loop", "2026-07-28")
-            tracing.effects_answered(None, {}, {}, "loop", "2026-07-28")
+            tracing.checkpoint_written("x" * 2000, "loop", "2026-07-28")
+            tracing.effects_answered(asked, requests, {}, "loop", "2026-07-28")
             round_.ended(None)
     return (time.perf_counter_ns() - start) / repeat
+
+
+_ELICIT = SimpleNamespace(kind="elicit", elicit=SimpleNamespace(key="k"))
 
 
 def bench_tracing(folder: Path, n: int, calls: int, rounds: int) -> None:
@@ -446,18 +465,26 @@ def bench_tracing(folder: Path, n: int, calls: int, rounds: int) -> None:
     env = {**os.environ, **QUIET, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
     times: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
     ratios: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    cpus: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    points: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    cpu_ratios: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
     for turn in range(rounds):
         order = TRACE_SETUPS[turn % len(TRACE_SETUPS) :] + TRACE_SETUPS[: turn % len(TRACE_SETUPS)]
         this: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         for setup in order:
             done = subprocess.run(
                 [sys.executable, str(script), setup, str(n), str(calls), str(folder)],
                 capture_output=True, text=True, env=env, check=True,
             )  # fmt: skip
-            this[setup] = json.loads(done.stdout)["ms"]
+            measured = json.loads(done.stdout)
+            this[setup], cpu[setup] = measured["ms"], measured["cpu_us"]
             times[setup].append(this[setup])
+            cpus[setup].append(cpu[setup])
+            points[setup].append(measured["points_ns"] / 1000)
         for setup in TRACE_SETUPS:
             ratios[setup].append(this[setup] / this["off"])
+            cpu_ratios[setup].append(cpu[setup] / cpu["off"])
     print(f"\n4. traces and metrics per 2026-07-28 round (SQLite store, in process; the median of {calls} calls of "
           f"{n} rounds per process, {rounds} turns; median [min .. max])")  # fmt: skip
     for setup in TRACE_SETUPS:
@@ -466,8 +493,18 @@ def bench_tracing(folder: Path, n: int, calls: int, rounds: int) -> None:
             added = [(t - o) * 1000 for t, o in zip(times[setup], times["off"], strict=True)]
             line += f"   added {spread(added, '+.0f')} us   x{spread(ratios[setup], '.3f')}"
         print(line)
-    costs = [off_path_ns() for _ in range(5)]
-    print(f"   off: one round's instrumentation points, nothing set up: {spread(costs, '.0f')} ns")
+    print("   CPU time per round (the process's, every thread; less moved by other load on the machine):")
+    for setup in TRACE_SETUPS:
+        line = f"   {setup:8} {spread(cpus[setup], '.0f')} us/round"
+        if setup != "off":
+            added = [c - o for c, o in zip(cpus[setup], cpus["off"], strict=True)]
+            line += f"   added {spread(added, '+.0f')} us   x{spread(cpu_ratios[setup], '.3f')}"
+        print(line)
+    print(
+        "   branchc's own instrumentation points of one round (a round, 3 store operations, a checkpoint, 2 answers):"
+    )
+    for setup in TRACE_SETUPS:
+        print(f"   {setup:8} {spread(points[setup], '.1f')} us")
 
 
 def spread(values: list[float], form: str) -> str:
@@ -493,7 +530,7 @@ def main() -> None:
         if "auth" in only:
             bench_auth(folder, 100 if args.quick else 300, 3 if args.quick else 7)
         if "tracing" in only:
-            bench_tracing(folder, 20, 5 if args.quick else 25, 3 if args.quick else 7)
+            bench_tracing(folder, 20, 5 if args.quick else 80, 3 if args.quick else 9)
 
 
 if __name__ == "__main__":
