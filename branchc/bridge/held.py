@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -39,6 +38,7 @@ from ..runtime.machine import Machine
 from ..runtime.tool import Tool
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError
 from .auth import current_principal
+from .connection import Scopes
 from .durable import json_data, run_meta, store_io
 from .holder import describe_holder, holder
 
@@ -73,7 +73,7 @@ class HeldRun:
         self._waiting = False  # written down at a suspension and not answered since: it waits on its client
         self._handover: str | None = None  # why it is to be handed over (`release`), once asked
         self.released = False
-        self._waits: set[anyio.CancelScope] = set()  # the waits on the client, given up when it is handed over
+        self._waits = Scopes()  # the waits on the client, given up when it is handed over
 
     @property
     def run_id(self) -> str | None:
@@ -169,23 +169,13 @@ class HeldRun:
             self.released = True
             self._waiting = False
             self._unregister()
-        for scope in list(self._waits):
-            scope.cancel()
+        self._waits.close()
         return True
 
-    @contextlib.contextmanager
-    def waiting_on_client(self) -> Iterator[anyio.CancelScope]:
+    def waiting_on_client(self) -> contextlib.AbstractContextManager[anyio.CancelScope]:
         """A scope around a wait on the client, cancelled when the run is handed over (`release`): then
         `scope.cancelled_caught`, and the wait raises `handed_over()`."""
-        scope = anyio.CancelScope()
-        if self.released:
-            scope.cancel()
-        self._waits.add(scope)
-        try:
-            with scope:
-                yield scope
-        finally:
-            self._waits.discard(scope)
+        return self._waits.scope()
 
     def handed_over(self) -> RunTakenOverError:
         """The error a wait given up by `release` raises."""

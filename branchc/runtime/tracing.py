@@ -353,7 +353,7 @@ def observed_round(
         call.update((key, value) for key, value in (("round", number), ("run_id", run_id)) if value is not None)
     if not _MEASURING and not _RECORDING and not measuring() and not recording():
         return _UNOBSERVED  # nothing set up: no span, no figure, no generator
-    return _observed_round(tool, era, number=number, run_id=run_id, context=context, links=links, spanned=spanned)
+    return _observed_round(tool, era, number, run_id, context, links, spanned)
 
 
 class _Unobserved(contextlib.AbstractContextManager):  # type: ignore[type-arg]
@@ -372,14 +372,7 @@ _NO_ROUND = Round(trace.INVALID_SPAN)  # shared: what it notes is read by no one
 
 @contextlib.contextmanager
 def _observed_round(
-    tool: str,
-    era: str,
-    *,
-    number: int | None = None,
-    run_id: str | None = None,
-    context: Context | None = None,
-    links: list[Link] | None = None,
-    spanned: bool = True,
+    tool: str, era: str, number: Any, run_id: Any, context: Any, links: Any, spanned: bool
 ) -> Iterator[Round]:
     if not _MEASURING and not measuring():
         if not spanned or not recording():
