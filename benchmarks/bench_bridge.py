@@ -15,9 +15,17 @@
    TOKEN`), and with `--auth-jwks FILE --auth-issuer --auth-audience` (an RS256 JWT of a local JWKS
    file). All three serve at once; each round measures them in turn, in a rotating order, in both eras.
 
+4. What traces and metrics cost per round: 2026-07-28 rounds of the looping tool with a SQLite store, in
+   process (the SDK's in-memory client), with no OpenTelemetry set up (the baseline: no span is made, no figure
+   recorded), with a tracer provider whose spans go through the SDK's batch processor (as `serve --otel`
+   exports) to an exporter that drops them, with a meter provider read by an in-memory reader (`--metrics`;
+   never collected), and with both; and what branchc's own instrumentation points of a round take in each.
+   A provider is set once per process, so each setup runs in a process of its own; the setups run in turn, in a
+   rotating order, and each is given as a ratio to the baseline of the same turn.
+
 The 2026-07-28 era's rounds, against a replaying handler, are benchmarks/bench_rounds.py.
 
-    python benchmarks/bench_bridge.py [--quick] [--only auth]
+    python benchmarks/bench_bridge.py [--quick] [--only auth] [--only tracing]
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import urllib.request
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import jwt
@@ -358,6 +367,146 @@ def bench_auth(folder: Path, calls: int, rounds: int) -> None:
             print(line)
 
 
+# One setup of part 4, in a process of its own: argv = setup, rounds per call, calls; prints ms per round.
+TRACED = textwrap.dedent(
+    """
+    import json
+    import sys
+    import warnings
+    from pathlib import Path
+
+    import anyio
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    warnings.simplefilter("ignore", MCPDeprecationWarning)
+    setup, n, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if setup in ("traces", "both"):
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+        class Dropped(SpanExporter):  # an exporter that ships nothing: what spans cost up to the wire
+            def export(self, spans):
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Dropped()))
+        trace.set_tracer_provider(provider)
+    if setup in ("metrics", "both"):
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+    from branchc.bridge.loading import load_served_tools
+    from branchc.bridge.server import create_server
+    from branchc.store.keys import KeyRing
+    from branchc.store.url import open_store
+
+    folder = Path(sys.argv[4])
+    keys = KeyRing.parse("k" * 40)
+    database = folder / f"runs-{setup}.db"
+    database.unlink(missing_ok=True)
+    tools = load_served_tools(folder / "loop_tool.py")
+    # no fsync (synchronous=off): the disk's noise is not what is measured here
+    server = create_server(tools, store=open_store(f"sqlite:///{database}?synchronous=off", keys), keys=keys)
+
+
+    async def main():
+        import time
+
+        from bench_rounds import one_call  # beside this script, on PYTHONPATH
+
+        await one_call(server, n)  # first use of each path
+        cpu = time.process_time()  # every thread's: the span processor exports on one of its own
+        times = sorted([(await one_call(server, n))[0] for _ in range(calls)])
+        rounds = calls * (n + 2)  # each call: a warm-up round, then n + 1 rounds
+        cpu = (time.process_time() - cpu) * 1e6 / rounds
+        from bench_bridge import points_ns
+
+        # the median call's wall time per round, the process's CPU time per round over all calls, and what
+        # branchc's own instrumentation points of one round take as this process is set up
+        print(json.dumps({"ms": times[len(times) // 2], "cpu_us": cpu, "points_ns": points_ns(20_000)}))
+
+
+    anyio.run(main)
+    """
+)
+TRACE_SETUPS = ("off", "traces", "metrics", "both")
+
+
+def points_ns(repeat: int = 200_000) -> float:
+    """ns that one round's instrumentation points take, as this process is set up: the round, three store
+    operations, a checkpoint, two answered questions, and the round's response noted."""
+    from branchc.runtime import tracing
+
+    asked = {"at": time.time_ns(), "trace": {}}
+    requests = {"sample-1": SimpleNamespace(kind="sample", sample=None), "elicit-1": _ELICIT}
+    start = time.perf_counter_ns()
+    for _ in range(repeat):
+        with tracing.observed_round("loop", "2026-07-28", number=1, run_id="r") as round_:
+            for name in ("load_and_claim", "write", "checkpoint"):
+                with tracing.store_operation(name):
+                    pass
+            tracing.checkpoint_written("x" * 2000, "loop", "2026-07-28")
+            tracing.effects_answered(asked, requests, {}, "loop", "2026-07-28")
+            round_.ended(None)
+    return (time.perf_counter_ns() - start) / repeat
+
+
+_ELICIT = SimpleNamespace(kind="elicit", elicit=SimpleNamespace(key="k"))
+
+
+def bench_tracing(folder: Path, n: int, calls: int, rounds: int) -> None:
+    script = folder / "traced.py"
+    script.write_text(TRACED)
+    paths = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]  # branchc, bench_rounds
+    env = {**os.environ, **QUIET, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
+    times: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    ratios: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    cpus: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    points: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    cpu_ratios: dict[str, list[float]] = {setup: [] for setup in TRACE_SETUPS}
+    for turn in range(rounds):
+        order = TRACE_SETUPS[turn % len(TRACE_SETUPS) :] + TRACE_SETUPS[: turn % len(TRACE_SETUPS)]
+        this: dict[str, float] = {}
+        cpu: dict[str, float] = {}
+        for setup in order:
+            done = subprocess.run(
+                [sys.executable, str(script), setup, str(n), str(calls), str(folder)],
+                capture_output=True, text=True, env=env, check=True,
+            )  # fmt: skip
+            measured = json.loads(done.stdout)
+            this[setup], cpu[setup] = measured["ms"], measured["cpu_us"]
+            times[setup].append(this[setup])
+            cpus[setup].append(cpu[setup])
+            points[setup].append(measured["points_ns"] / 1000)
+        for setup in TRACE_SETUPS:
+            ratios[setup].append(this[setup] / this["off"])
+            cpu_ratios[setup].append(cpu[setup] / cpu["off"])
+    print(f"\n4. traces and metrics per 2026-07-28 round (SQLite store, in process; the median of {calls} calls of "
+          f"{n} rounds per process, {rounds} turns; median [min .. max])")  # fmt: skip
+    for setup in TRACE_SETUPS:
+        line = f"   {setup:8} {spread(times[setup], '.3f')} ms/round"
+        if setup != "off":
+            added = [(t - o) * 1000 for t, o in zip(times[setup], times["off"], strict=True)]
+            line += f"   added {spread(added, '+.0f')} us   x{spread(ratios[setup], '.3f')}"
+        print(line)
+    print("   CPU time per round (the process's, every thread; less moved by other load on the machine):")
+    for setup in TRACE_SETUPS:
+        line = f"   {setup:8} {spread(cpus[setup], '.0f')} us/round"
+        if setup != "off":
+            added = [c - o for c, o in zip(cpus[setup], cpus["off"], strict=True)]
+            line += f"   added {spread(added, '+.0f')} us   x{spread(cpu_ratios[setup], '.3f')}"
+        print(line)
+    print(
+        "   branchc's own instrumentation points of one round (a round, 3 store operations, a checkpoint, 2 answers):"
+    )
+    for setup in TRACE_SETUPS:
+        print(f"   {setup:8} {spread(points[setup], '.1f')} us")
+
+
 def spread(values: list[float], form: str) -> str:
     return f"{format(statistics.median(values), form)} [{format(min(values), form)} .. {format(max(values), form)}]"
 
@@ -365,9 +514,10 @@ def spread(values: list[float], form: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    parser.add_argument("--only", choices=["stdio", "http", "auth"], action="append", help="run only these parts")
+    parts = ["stdio", "http", "auth", "tracing"]
+    parser.add_argument("--only", choices=parts, action="append", help="run only these parts")
     args = parser.parse_args()
-    only = set(args.only or ["stdio", "http", "auth"])
+    only = set(args.only or parts)
     with tempfile.TemporaryDirectory(prefix="branchc-bench-") as name:
         folder = Path(name)
         os.environ["BRANCHC_CACHE"] = str(folder / "cache")  # the servers compile into it
@@ -379,6 +529,8 @@ def main() -> None:
             bench_http_round_trips(folder, 100 if args.quick else 300, 3 if args.quick else 5)
         if "auth" in only:
             bench_auth(folder, 100 if args.quick else 300, 3 if args.quick else 7)
+        if "tracing" in only:
+            bench_tracing(folder, 20, 5 if args.quick else 80, 3 if args.quick else 9)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ more names its extra when the package is missing, as one `MissingExtraError`:
     redis     the Redis store (`--store redis://...`, `open_store`)           the redis package
     handlers  the Monty result-handler engine (`serve --result-handlers`)     the pydantic-monty package
     dask      the dask executor (`--executor dask://...`, `open_executor`)    the distributed package
-    otel      exporting traces (`serve --otel`)                               the opentelemetry-sdk package
+    otel      exporting traces and metrics (`serve --otel`, `--metrics`)      the opentelemetry-sdk package, and
+              (metrics) opentelemetry-exporter-prometheus
     all       every extra above
 
 Such a package is imported only where its feature is used, never at the top of a module that importing
@@ -28,11 +29,12 @@ EXTRAS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def missing_extra(extra: str, error: ImportError) -> MissingExtraError:
+def missing_extra(extra: str, error: ImportError, *, part: tuple[str, str, str] | None = None) -> MissingExtraError:
     """The error to raise, `from None`, when an import for `extra`'s feature failed with `error`. A package
     that is not installed gives the plain message; one that is installed but does not import (a broken
-    install, a missing dependency of its own) gives the message with the reason."""
-    feature, package, module = EXTRAS[extra]
+    install, a missing dependency of its own) gives the message with the reason. `part`: (feature, package,
+    module) of a part of the extra that needs a package of its own (`--metrics`: the Prometheus exporter)."""
+    feature, package, module = part or EXTRAS[extra]
     missing = getattr(error, "name", None)
     absent = isinstance(error, ModuleNotFoundError) and (
         missing is None or missing == module or missing.startswith(f"{module}.") or module.startswith(f"{missing}.")

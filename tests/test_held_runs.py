@@ -87,10 +87,12 @@ def responses_file(tmp_path: Path, first: int, rounds: int) -> Path:
 
 
 class StopsAt:
-    """Handshake-era client callbacks that answer questions before `stop` and never answer question `stop`."""
+    """Handshake-era client callbacks that answer questions before `stop` ("reply n" / {"value": n}), each after
+    `delay` seconds, and never answer question `stop` (None: they answer all)."""
 
-    def __init__(self, stop: int) -> None:
+    def __init__(self, stop: int | None, delay: float = 0.0) -> None:
         self.stop = stop
+        self.delay = delay
         self.asked = anyio.Event()
 
     async def _number(self, text: str) -> int:
@@ -98,6 +100,8 @@ class StopsAt:
         if number == self.stop:
             self.asked.set()
             await anyio.sleep_forever()
+        if self.delay:
+            await anyio.sleep(self.delay)
         return number
 
     async def sampling(self, ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:

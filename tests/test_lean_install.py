@@ -34,13 +34,14 @@ TOOL = ROOT / "examples" / "tools" / "pick_card.py"
 RESPONSES = ROOT / "examples" / "responses" / "pick_card.yaml"
 
 #: every module an extra brings: none may be needed to author, compile, run or serve
-BLOCKED = ("redis", "pydantic_monty", "distributed", "dask", "opentelemetry.sdk")
+BLOCKED = ("redis", "pydantic_monty", "distributed", "dask", "opentelemetry.sdk", "opentelemetry.exporter.prometheus")
 
 MESSAGES = {
     "redis": "the Redis store needs the redis package: pip install 'branchc[redis]'",
     "handlers": "the Monty result-handler engine needs the pydantic-monty package: pip install 'branchc[handlers]'",
     "dask": "the dask executor needs the distributed package: pip install 'branchc[dask]'",
     "otel": "exporting traces needs the opentelemetry-sdk package: pip install 'branchc[otel]'",
+    "metrics": "exporting metrics needs the opentelemetry-exporter-prometheus package: pip install 'branchc[otel]'",
 }
 
 
@@ -82,8 +83,9 @@ def env(tmp_path) -> dict[str, str]:
         ("handlers", ("pydantic_monty",), ["serve", str(TOOL), "--result-handlers"]),
         ("dask", ("distributed", "dask"), ["serve", str(TOOL), "--executor", "dask://127.0.0.1:8786"]),
         ("otel", ("opentelemetry.sdk",), ["serve", str(TOOL), "--otel"]),
+        ("metrics", ("opentelemetry.exporter.prometheus",), ["serve", str(TOOL), "--http", "127.0.0.1:0", "--metrics"]),
     ],
-    ids=["serve-store", "serve-http-rediss", "runs-store", "result-handlers", "executor", "otel"],
+    ids=["serve-store", "serve-http-rediss", "runs-store", "result-handlers", "executor", "otel", "metrics"],
 )
 def test_the_cli_names_the_missing_extra(extra, blocked, args, env):
     done = run(cli(blocked), *args, env=env)
@@ -261,6 +263,8 @@ OPTIONAL = {
     "distributed": ("dask", "distributed"),
     "dask": ("dask", "distributed"),
     "opentelemetry.sdk": ("otel", "opentelemetry-sdk"),
+    "opentelemetry.exporter.prometheus": ("otel", "opentelemetry-exporter-prometheus"),
+    "prometheus_client": ("otel", "prometheus-client"),
 }
 
 

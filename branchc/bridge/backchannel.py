@@ -12,6 +12,7 @@ a run's cleanup never waits on a client that is not there; `answer_timeout` boun
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from collections.abc import Awaitable
 from typing import Any
@@ -55,6 +56,7 @@ class BackchannelClient:
         self.ctx = ctx
         self.answer_timeout = answer_timeout
         self.tool = tool
+        self.era = getattr(ctx, "protocol_version", None) or ""
         self.provider = provider
         self.capabilities, self.sampling_tools = client_capabilities(ctx)
         if provider is not None:
@@ -67,20 +69,24 @@ class BackchannelClient:
             return await self.provider.sample(request)
         params = sample_params(request, tools_supported=self.sampling_tools)
         messages = params.get("messages") or []
+        asked = time.perf_counter()
         with tracing.span("branchc.sample", branchc__messages=len(messages), branchc__tool=self.tool) as current:
             if tracing.CONTENT:
                 current.set_attribute("branchc.prompt", json.dumps(messages[-1:], default=str)[:4096])
             result = await self._answered("sample", create_message(self.ctx.session, params, self.ctx.request_id))
+        tracing.effect_answered("sample", self.tool, self.era, time.perf_counter() - asked)
         return sample_result(result, request)  # judged as the 2026-07-28 era judges an answer
 
     async def elicit(self, request: ElicitRequest) -> dict[str, Any]:
         schema = form_schema(request.requested_schema, request.requested_schema.get("title", request.key))
         asked = self.ctx.session.elicit_form(request.message, schema, related_request_id=self.ctx.request_id)
+        started = time.perf_counter()
         with tracing.span("branchc.elicit", branchc__key=request.key, branchc__tool=self.tool) as current:
             result = await self._answered(f"elicitation {request.key!r}", asked)
             current.set_attribute("branchc.action", result.action)
             if tracing.CONTENT:
                 current.set_attribute("branchc.content", json.dumps(result.content, default=str)[:4096])
+        tracing.effect_answered("elicit", self.tool, self.era, time.perf_counter() - started)
         return {"action": result.action, "content": result.content}
 
     async def log(self, level: str, message: str) -> None:

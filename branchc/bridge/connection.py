@@ -37,7 +37,7 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["ClientWatch", "connection_gone", "ends_with_connection", "watch_clients", "write_bounded"]
+__all__ = ["ClientWatch", "Scopes", "connection_gone", "ends_with_connection", "watch_clients", "write_bounded"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ SCAN_SECONDS = 5.0  # and for this long at most (a client that sends slowly gets
 CLEANUP_WRITE_TIMEOUT = 5.0  # what a run's cleanup may wait to send its logs to a client that does not read
 
 
-class _Connection:
-    """One HTTP request's connection: whether it closed, and the cancel scopes that end with it."""
+class Scopes:
+    """Cancel scopes that end together: `close()` cancels those open, and any opened after it."""
 
     def __init__(self) -> None:
         self.closed = False
@@ -59,6 +59,23 @@ class _Connection:
         self.closed = True
         for scope in list(self.scopes):
             scope.cancel()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[anyio.CancelScope]:
+        """A cancel scope that ends with the others; `scope.cancelled_caught` afterwards says `close()` ended it."""
+        scope = anyio.CancelScope()
+        if self.closed:
+            scope.cancel()
+        self.scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self.scopes.discard(scope)
+
+
+class _Connection(Scopes):
+    """One HTTP request's connection: whether it closed, and the cancel scopes that end with it."""
 
 
 def _connection(ctx: Any) -> _Connection | None:
@@ -76,20 +93,13 @@ def connection_gone(ctx: Any) -> bool:
 def ends_with_connection(ctx: Any) -> Iterator[anyio.CancelScope]:
     """A cancel scope that is cancelled when the request's HTTP connection closes (never on stdio);
     `scope.cancelled_caught` afterwards says the client went away."""
-    scope = anyio.CancelScope()
     connection = _connection(ctx)
     if connection is None:
-        with scope:
+        with anyio.CancelScope() as scope:
             yield scope
         return
-    if connection.closed:
-        scope.cancel()
-    connection.scopes.add(scope)
-    try:
-        with scope:
-            yield scope
-    finally:
-        connection.scopes.discard(scope)
+    with connection.scope() as scope:
+        yield scope
 
 
 async def write_bounded(ctx: Any, write: Any, what: str) -> None:

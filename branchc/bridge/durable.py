@@ -54,7 +54,6 @@ import anyio
 import anyio.to_thread
 import mcp.types as types
 from mcp.server import ServerRequestContext
-from opentelemetry import trace
 from pydantic import BaseModel
 
 from ..continuation.codec.common import saved_module
@@ -169,7 +168,7 @@ async def store_io(fn: Any, *args: Any, **kwargs: Any) -> Any:
     global _limiter
     if _limiter is None:
         _limiter = anyio.CapacityLimiter(STORE_THREADS)
-    with tracing.span(f"branchc.store {getattr(fn, '__name__', 'call').lstrip('_')}"):
+    with tracing.store_operation(getattr(fn, "__name__", "call").lstrip("_")):
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=_limiter)
 
 
@@ -423,16 +422,18 @@ def _parse_ref(state: str) -> tuple[str, int, int]:
 
 
 def _round_span(record: RunRecord, number: int) -> Any:
-    """The span of round `number` of the run: in the run's trace (its first round's, kept in the record), linked to
-    the request that carries it (runtime/tracing.py)."""
+    """The span of round `number` of the run (and its metrics): in the run's trace (its first round's, kept in the
+    record), linked to the request that carries it (runtime/tracing.py)."""
     context, links = tracing.continued(record.meta.extra.get("trace"))
-    attributes = {
-        "branchc.tool": record.tool,
-        "branchc.round": number,
-        "branchc.era": ERA,
-        "branchc.run_id": record.run_id,
-    }
-    return tracing.span("branchc.round", context=context, links=links, **attributes)
+    return tracing.observed_round(record.tool, ERA, number=number, run_id=record.run_id, context=context, links=links)
+
+
+def _asked_now() -> dict[str, Any]:
+    """When a round's questions leave, and the round's span context: the next round makes each question a span from
+    then to its answer (runtime/tracing.py, `effects_answered`). {} when nothing would record it."""
+    if not tracing.recording() and not tracing.measuring():
+        return {}
+    return {"asked": {"at": time.time_ns(), "trace": tracing.kept_context()}}
 
 
 class DurableRounds:
@@ -524,9 +525,9 @@ class DurableRounds:
                 ref = _ref(record.run_id, 1, record.version)
                 response = types.InputRequiredResult(input_requests=asked, request_state=ref)
                 # the round's span context: the run's later rounds continue its trace (runtime/tracing.py)
-                extra = {"round": 1, "asked_at": record.version, "trace": tracing.kept_context()}
+                extra = {"round": 1, "asked_at": record.version, "trace": tracing.kept_context(), **_asked_now()}
                 meta = run_meta(ERA, tool, machine, extra=extra)
-                trace.get_current_span().set_attribute("branchc.run_id", record.run_id)
+                tracing.note(run_id=record.run_id)
 
                 def create() -> RunRecord:
                     if self.caps is not None:  # past a cap: the run is halted, its cleanup runs once
@@ -534,13 +535,16 @@ class DurableRounds:
                     return self.store.create(dataclasses.replace(record, meta=meta))
 
                 created = await self._io(create)
+                tracing.checkpoint_written(created.saved, tool.name, ERA)
                 kept.append(((created.run_id, created.version), created))
                 return response
 
             kept: list[tuple[tuple[str, int], RunRecord]] = []
-            with tracing.span("branchc.round", branchc__tool=tool.name, branchc__round=0, branchc__era=ERA):
-                return await guarded(
-                    start_run(bridge, ctx, tool, model), first, bridge, ctx, tool, keep_as=lambda _: kept[-1]
+            with tracing.observed_round(tool.name, ERA, number=0) as round_:
+                return round_.ended(
+                    await guarded(
+                        start_run(bridge, ctx, tool, model), first, bridge, ctx, tool, keep_as=lambda _: kept[-1]
+                    )
                 )
         try:
             run_id, number, version = _parse_ref(params.request_state)
@@ -587,8 +591,10 @@ class DurableRounds:
                     f"{extra['held'].get('host')}); it goes on there"
                 )
             if record.status == "waiting" and extra.get("round") == number:
-                with _round_span(record, number):
-                    outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest, claimed)
+                with _round_span(record, number) as round_:
+                    outcome = round_.ended(
+                        await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest, claimed)
+                    )
                 if outcome is not None:
                     return outcome
                 continue  # another replica claimed it first: see what it did
@@ -601,8 +607,10 @@ class DurableRounds:
                 if time.time() - float(claim.get("at", 0)) > self.lease or (
                     claim.get("pid") and holder_alive(claim) is False
                 ):
-                    with _round_span(record, number):
-                        outcome = await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
+                    with _round_span(record, number) as round_:
+                        outcome = round_.ended(
+                            await self._claim_and_run(bridge, ctx, tool, record, number, responses, digest)
+                        )
                     if outcome is not None:
                         return outcome
                     continue
@@ -767,6 +775,8 @@ class DurableRounds:
                     claimed = await self._io(self._claim, record, number, digest)
             except (StaleRunError, RunNotFoundError):
                 return None
+        # the questions the last round asked, answered now: each a span from when it was asked (runtime/tracing.py)
+        tracing.effects_answered(record.meta.extra.get("asked"), machine.requests, answers, tool.name, ERA)
         saved = deferred = False
         progress = _RoundProgress(self, record.run_id, claimed)  # its tool calls, written down as they go
 
@@ -794,6 +804,7 @@ class DurableRounds:
                     "answered": number,
                     "asked_at": claimed.version + 1,
                     "trace": record.meta.extra.get("trace") or {},
+                    **_asked_now(),
                 },
             )
             text = dump_run(handoff, machine)
@@ -827,6 +838,7 @@ class DurableRounds:
                 ) from None
             saved = True
             saved_as = ((record.run_id, written.version), written)
+            tracing.checkpoint_written(text, tool.name, ERA)
             return response
 
         finished = False
@@ -850,7 +862,9 @@ class DurableRounds:
             pending=(),
             answers_digest=digest,
             response=stored_response(outcome),
-            extra={k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round", "asked_at", "calls")}
+            extra={
+                k: v for k, v in claimed.meta.extra.items() if k not in ("claim", "round", "asked_at", "asked", "calls")
+            }
             | {"answered": number},
         )
         changes = {"status": status, "saved": "", "meta": meta, "expires": time.time() + self.ttl}

@@ -325,8 +325,10 @@ class GuidedRuns:
         async def ask_new(ctx: ServerRequestContext, handoff: Any, machine: Machine) -> types.CallToolResult:
             return await self._ask(ctx, handoff, machine, guide, new=True)
 
-        with tracing.span("branchc.round", branchc__tool=tool.name, branchc__round=0, branchc__era="guided"):
-            return await guarded(start_run(bridge, ctx, tool, model, check=False), ask_new, bridge, ctx, tool)
+        with tracing.observed_round(tool.name, "guided", number=0) as round_:
+            return round_.ended(
+                await guarded(start_run(bridge, ctx, tool, model, check=False), ask_new, bridge, ctx, tool)
+            )
 
     async def resume(
         self, bridge: Any, ctx: ServerRequestContext, arguments: dict[str, Any] | None, guide: Guide | None = None
@@ -388,11 +390,11 @@ class GuidedRuns:
             return await self._ask(ctx, handoff, machine, guide, taken=ident)  # keep() takes the place over, or ends it
 
         try:
-            with tracing.span("branchc.round", branchc__tool=tool.name, branchc__era="guided"):
+            with tracing.observed_round(tool.name, "guided") as round_:
                 if build is None:
-                    return await guarded(restored(), ask_again, bridge, ctx, tool)
+                    return round_.ended(await guarded(restored(), ask_again, bridge, ctx, tool))
                 with build.reading():
-                    return await guarded(restored(), ask_again, bridge, ctx, tool)
+                    return round_.ended(await guarded(restored(), ask_again, bridge, ctx, tool))
         finally:
             if not settled:  # put back, the id may already be taken again, by another round: not ours to end
                 with anyio.CancelScope(shield=True):

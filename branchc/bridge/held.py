@@ -14,6 +14,12 @@ holder that was in fact alive finds its run taken over at its next checkpoint an
 
 When the run ends, its record says how (done, failed or cancelled), with the result for `branchc runs show`,
 and expires after the store's TTL like every ended run.
+
+A server that drains (SIGTERM, operations.py) hands over the runs it holds that still wait on their client
+(`release`): each record loses its holder's mark and says it was released (meta.extra["released"]), the waits on
+the client are given up, and the live copy is let go of without its cleanup (RunTakenOverError, as for a run
+taken over), so `branchc runs resume` continues it at once, from where it waited, and its `finally` blocks and
+after() run once, there. A run that is stepping when asked is handed over at its next suspension, or ends here.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from ..runtime import tracing
 from ..runtime.errors import RunTakenOverError
 from ..runtime.machine import Machine
 from ..runtime.tool import Tool
 from ..store.base import RunNotFoundError, RunRecord, RunStore, StaleRunError, StoreError
 from .auth import current_principal
+from .connection import Scopes
 from .durable import json_data, run_meta, store_io
 from .holder import describe_holder, holder
 
@@ -44,7 +52,14 @@ class HeldRun:
     None: one is created at the run's first suspension (a new handshake-era call)."""
 
     def __init__(
-        self, store: RunStore, tool: Tool, era: str, *, record: RunRecord | None = None, ttl: float = HELD_TTL
+        self,
+        store: RunStore,
+        tool: Tool,
+        era: str,
+        *,
+        record: RunRecord | None = None,
+        ttl: float = HELD_TTL,
+        registry: set[HeldRun] | None = None,
     ) -> None:
         self.store = store
         self.tool = tool
@@ -53,6 +68,12 @@ class HeldRun:
         self.record = record
         self.me = holder()
         self._answers: dict[str, Any] = {}  # since the run last came to wait: its history's next entry has them
+        self.registry = registry  # the runs a server holds, which its drain hands over (operations.py)
+        self._lock = anyio.Lock()  # one write at a time: the run's own, or its hand-over's
+        self._waiting = False  # written down at a suspension and not answered since: it waits on its client
+        self._handover: str | None = None  # why it is to be handed over (`release`), once asked
+        self.released = False
+        self._waits = Scopes()  # the waits on the client, given up when it is handed over
 
     @property
     def run_id(self) -> str | None:
@@ -62,21 +83,31 @@ class HeldRun:
         return await store_io(fn, *args, **kwargs)
 
     def _meta(self, machine: Machine, extra: dict[str, Any]) -> Any:
-        kept = {k: v for k, v in extra.items() if k not in ("held", "claim", "round", "build", "tool")}
+        kept = {k: v for k, v in extra.items() if k not in ("held", "claim", "round", "build", "tool", "released")}
+        mark = {"held": self.me} if self._handover is None else {"released": self._released_mark()}
         return run_meta(
-            self.era if self.record is None else self.record.meta.era,
-            self.tool,
-            machine,
-            extra=kept | {"held": self.me},
+            self.era if self.record is None else self.record.meta.era, self.tool, machine, extra=kept | mark
         )
+
+    def _released_mark(self) -> dict[str, Any]:
+        return {**holder(), "why": self._handover}
+
+    def _handed_over(self) -> RunTakenOverError:
+        run_id = self.run_id
+        return RunTakenOverError(
+            f"{self._handover}: run {run_id!r} was handed over to the store, waiting where it was; "
+            f"`branchc runs resume {run_id} --tools PATH` continues it"
+        )
+
+    def _unregister(self) -> None:
+        if self.registry is not None:
+            self.registry.discard(self)
 
     async def take(self) -> None:
         """Mark the record as held by this process (runs resume), before anything of the run moves."""
         assert self.record is not None
-        meta = dataclasses.replace(
-            self.record.meta,
-            extra={k: v for k, v in self.record.meta.extra.items() if k not in ("claim", "round")} | {"held": self.me},
-        )
+        extra = {k: v for k, v in self.record.meta.extra.items() if k not in ("claim", "round", "released")}
+        meta = dataclasses.replace(self.record.meta, extra=extra | {"held": self.me})
         self.record = await self._write(status="waiting", meta=meta)
 
     async def answering(self, key: str, how: str, value: Any) -> None:
@@ -84,46 +115,101 @@ class HeldRun:
         else RunTakenOverError, before the run moves on with it. Its meta and saved run are given as they stand
         (the record written at this version has them), so the store neither reads the record again nor parses
         it at every answer: it writes on the head it wrote last, only if the record still has it."""
-        record = self.record
-        assert record is not None
-        self.record = await self._write(saved=record.saved, meta=record.meta, expires=time.time() + self.ttl)
+        async with self._lock:
+            self._waiting = False
+            if self.released:  # handed over while it waited: the answer is not this copy's to take
+                raise self._handed_over()
+            record = self.record
+            assert record is not None
+            self.record = await self._write(saved=record.saved, meta=record.meta, expires=time.time() + self.ttl)
         self._answers[key] = json_data(value) if how == "answer" else {how: str(value) if value is not None else None}
 
     async def saved(self, saved: str, machine: Machine) -> None:
-        """The run as it waits now, before its requests are asked."""
-        if self.record is None:
-            meta = self._meta(machine, {})
-            record = RunRecord.new(self.tool.name, saved, ttl=self.ttl, meta=meta, owner=current_principal())
-            await self._io(self.store.create, record)
-            self.record = record
-            return
-        meta = self._meta(machine, self.record.meta.extra)
-        answers, self._answers = self._answers, {}
-        # a new wait (answers moved the run) is a new entry of its history; the wait a resume starts at is not
-        moved = {"status": "waiting", "answers": answers, "by": current_principal()} if answers else {}
-        self.record = await self._write(saved=saved, meta=meta, expires=time.time() + self.ttl, **moved)
+        """The run as it waits now, before its requests are asked; asked to be handed over meanwhile, it is written
+        down released, and RunTakenOverError lets go of this copy."""
+        async with self._lock:
+            self._waiting = False
+            if self.record is None:
+                meta = self._meta(machine, {})
+                record = RunRecord.new(self.tool.name, saved, ttl=self.ttl, meta=meta, owner=current_principal())
+                await self._io(self.store.create, record)
+                self.record = record
+                if self.registry is not None:
+                    self.registry.add(self)
+            else:
+                meta = self._meta(machine, self.record.meta.extra)
+                answers, self._answers = self._answers, {}
+                # a new wait (answers moved the run) is a new entry of its history; the wait a resume starts at is not
+                moved = {"status": "waiting", "answers": answers, "by": current_principal()} if answers else {}
+                self.record = await self._write(saved=saved, meta=meta, expires=time.time() + self.ttl, **moved)
+            tracing.checkpoint_written(saved, self.tool.name, meta.era)
+            if self._handover is not None:
+                self.released = True
+                self._unregister()
+                raise self._handed_over()
+            self._waiting = True
+
+    async def release(self, why: str) -> bool:
+        """Hand the run over to the store (a server that drains): when it waits on its client, its record is marked
+        released (no holder: `branchc runs resume` takes it at once) and its waits are given up, so its driver lets
+        go of it without its cleanup; True. A run that is stepping is handed over at its next suspension (or ends
+        here first); False."""
+        async with self._lock:
+            if self.released or self._handover is not None:
+                return False
+            self._handover = why
+            if not self._waiting or self.record is None:
+                return False
+            extra = {k: v for k, v in self.record.meta.extra.items() if k != "held"}
+            meta = dataclasses.replace(self.record.meta, extra=extra | {"released": self._released_mark()})
+            try:
+                self.record = await self._write(status="waiting", meta=meta)
+            except RunTakenOverError:
+                pass  # taken over meanwhile (`branchc runs resume --force`): not ours to hand over any more
+            self.released = True
+            self._waiting = False
+            self._unregister()
+        self._waits.close()
+        return True
+
+    def waiting_on_client(self) -> contextlib.AbstractContextManager[anyio.CancelScope]:
+        """A scope around a wait on the client, cancelled when the run is handed over (`release`): then
+        `scope.cancelled_caught`, and the wait raises `handed_over()`."""
+        return self._waits.scope()
+
+    def handed_over(self) -> RunTakenOverError:
+        """The error a wait given up by `release` raises."""
+        return self._handed_over()
 
     async def end(self, status: str, response: dict[str, Any] | None) -> None:
-        """The run ended here (done, failed, cancelled): say so, with its response; never raises."""
+        """The run ended here (done, failed, cancelled): say so, with its response; never raises. After its hand-over
+        raced it (a call cancelled as the drain handed it over), this write wins: its cleanup ran here."""
+        self._unregister()
         if self.record is None:
             return
-        extra = {k: v for k, v in self.record.meta.extra.items() if k != "held"} | {"ended_by": self.me}
-        meta = dataclasses.replace(self.record.meta, waits=(), pending=(), response=response, extra=extra)
         with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, RunTakenOverError):
-            self.record = await self._write(
-                status=status, saved="", meta=meta, expires=time.time() + min(self.ttl, 600.0)
-            )
+            async with self._lock:
+                self._waiting = False
+                drop = ("held", "released")
+                extra = {k: v for k, v in self.record.meta.extra.items() if k not in drop} | {"ended_by": self.me}
+                meta = dataclasses.replace(self.record.meta, waits=(), pending=(), response=response, extra=extra)
+                self.record = await self._write(
+                    status=status, saved="", meta=meta, expires=time.time() + min(self.ttl, 600.0)
+                )
 
     async def let_go(self) -> None:
         """This process stops holding the run, which stays where it waits (a takeover, or a resume that
         could not start): its record loses the holder's mark; never raises."""
+        self._unregister()
         if self.record is None:
             return
-        meta = dataclasses.replace(
-            self.record.meta, extra={k: v for k, v in self.record.meta.extra.items() if k != "held"}
-        )
         with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, RunTakenOverError):
-            self.record = await self._write(status="waiting", meta=meta)
+            async with self._lock:
+                self._waiting = False
+                extra = {k: v for k, v in self.record.meta.extra.items() if k != "held"}
+                self.record = await self._write(
+                    status="waiting", meta=dataclasses.replace(self.record.meta, extra=extra)
+                )
 
     async def _write(self, **changes: Any) -> RunRecord:
         record = self.record

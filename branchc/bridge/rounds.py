@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Hashable, Iterator
@@ -62,6 +63,7 @@ __all__ = [
 # logging is deprecated in 2026-07-28 (SEP-2577) but asked for per request there: the SDK's warning for this
 # module's own calls is noise (in branchc serve, or mounted on another server)
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning, module=__name__)
+logger = logging.getLogger("branchc.rounds")  # a failed round, as `--log-format json` logs it (bridge/logs.py)
 
 
 class AnswerError(BranchcError, ValueError):
@@ -76,9 +78,11 @@ async def run_round(
     if params.request_state is None:
         if params.input_responses:
             return error_result("input_responses came without the request_state of the round they answer")
-        with tracing.span("branchc.round", branchc__tool=tool.name, branchc__round=0, branchc__era="2026-07-28"):
-            return await guarded(
-                start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool, keep_as=_state_of
+        with tracing.observed_round(tool.name, "2026-07-28", number=0) as round_:
+            return round_.ended(
+                await guarded(
+                    start_run(bridge, ctx, tool, model), _asked_as_input_requests, bridge, ctx, tool, keep_as=_state_of
+                )
             )
 
     async def restored() -> tuple[Any, Machine]:
@@ -101,8 +105,10 @@ async def run_round(
             feed(machine, answers)
         return handoff, machine
 
-    with tracing.span("branchc.round", branchc__tool=tool.name, branchc__era="2026-07-28"):
-        return await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool, resumable=True, keep_as=_state_of)
+    with tracing.observed_round(tool.name, "2026-07-28") as round_:
+        return round_.ended(
+            await guarded(restored(), _asked_as_input_requests, bridge, ctx, tool, resumable=True, keep_as=_state_of)
+        )
 
 
 def bridge_warm(bridge: Any) -> WarmRuns | None:
@@ -188,11 +194,17 @@ async def guarded(
         result = await finish_phases(tool, handoff, machine)
     except (AnswerError, RunStateError, MissingCapabilityError) as error:
         tracing.failed(trace.get_current_span(), error)
+        logger.info("round refused: %s", _first_line(error))
         return error_result(_noted(str(error), error))
     except BranchcError as error:
         tracing.failed(trace.get_current_span(), error.__cause__ or error)  # the tool's own error, where it was raised
+        logger.info("round failed: %s", _first_line(error.__cause__ or error))
         return error_result(_noted(describe_failure(error), error))
     return result_of(result)
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
 def _noted(text: str, error: BaseException) -> str:

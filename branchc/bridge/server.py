@@ -9,6 +9,7 @@ sealed by the SDK's own `RequestStateBoundary`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
+from ..runtime import tracing
 from ..runtime.client import ElicitRequest, SampleRequest
 from ..runtime.driver import is_compiled_tool, run_tool
 from ..runtime.errors import (
@@ -98,6 +100,7 @@ class Bridge:
         self.call_slots = call_slots  # calls at once per principal (quotas.py); None: no cap
         self.executor = executor  # where sub-branch steps run (branchc.executors); None: in this process
         self.upstreams = upstreams  # the servers ctx.call_tool(..., server=NAME) reaches (upstream.py)
+        self.held: set[HeldRun] = set()  # handshake-era runs held here, in a store: a drain hands them over (held.py)
         if guided and RESUME_TOOL in self.tools:
             raise ValueError(f"a tool is named {RESUME_TOOL!r}, the name guided mode needs; rename it")
         if taken := sorted(self.workflows.names & self.tools.keys()):
@@ -149,14 +152,17 @@ class Bridge:
     async def call_tool(
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """The call, in its era; refused when its principal has as many calls in progress as it may."""
-        if self.call_slots is None:
-            return await self._call_tool(ctx, params)
-        try:
-            with self.call_slots.slot(current_principal()):
+        """The call, in its era; refused when its principal has as many calls in progress as it may. What it is
+        about (tool, principal; the rounds add run and round) goes with its spans and log lines (runtime/tracing.py)."""
+        principal = current_principal()
+        with tracing.call_context(tool=params.name, principal=principal):
+            if self.call_slots is None:
                 return await self._call_tool(ctx, params)
-        except QuotaError as error:
-            return error_result(str(error))
+            try:
+                with self.call_slots.slot(principal):
+                    return await self._call_tool(ctx, params)
+            except QuotaError as error:
+                return error_result(str(error))
 
     async def _call_tool(
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
@@ -180,9 +186,18 @@ class Bridge:
             return await self.guided.start(self, ctx, tool, model)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await run_round(self, ctx, tool, model, params)
-        held = HeldRun(self.store, tool, ctx.protocol_version or "") if self.store and is_compiled_tool(tool) else None
+        # the whole call is its one round (its span is the SDK's request span: no branchc.round of its own)
+        with tracing.observed_round(tool.name, ctx.protocol_version or "", spanned=False) as round_:
+            return round_.ended(await self._live_call(ctx, tool, model))
+
+    async def _live_call(self, ctx: ServerRequestContext, tool: Tool, model: Any) -> types.CallToolResult:
+        """A handshake-era call: the run driven live, asking the client mid-call; with a store, written down at every
+        suspension (held.py)."""
+        held = None
+        if self.store and is_compiled_tool(tool):
+            held = HeldRun(self.store, tool, ctx.protocol_version or "", registry=self.held)
         try:
-            client = _WatchedClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout)
+            client = _WatchedClient(ctx, tool.name, self.sampler(ctx), answer_timeout=self.answer_timeout, held=held)
             client.upstream_calls = UpstreamCalls(self.upstreams)
             value = await run_tool(
                 tool,
@@ -223,24 +238,36 @@ class _WatchedClient(BackchannelClient):
     and its finally blocks run once. before() and after() are never cancelled by it (an after() committing
     to a database finishes; its result is then read by nobody)."""
 
+    def __init__(self, *args: Any, held: HeldRun | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held = held  # its waits are given up when a drain hands the run over (held.py)
+
     upstream_calls: UpstreamCalls | None = None
 
     async def make_call(self, entry: Any) -> Any:
         """A call of an upstream tool (its questions are then asked of this client, live, like any request)."""
         calls = self.upstream_calls or UpstreamCalls(None)
-        with ends_with_connection(self.ctx) as connection:
+        with ends_with_connection(self.ctx) as connection, self._handover() as handed:
             return await calls.make_call(entry)
-        raise InputClosedError(self._gone(connection))
+        raise self._ended(connection, handed)
 
     async def sample(self, request: SampleRequest) -> SampleResult:
-        with ends_with_connection(self.ctx) as connection:
+        with ends_with_connection(self.ctx) as connection, self._handover() as handed:
             return await super().sample(request)
-        raise InputClosedError(self._gone(connection))
+        raise self._ended(connection, handed)
 
     async def elicit(self, request: ElicitRequest) -> dict[str, Any]:
-        with ends_with_connection(self.ctx) as connection:
+        with ends_with_connection(self.ctx) as connection, self._handover() as handed:
             return await super().elicit(request)
-        raise InputClosedError(self._gone(connection))
+        raise self._ended(connection, handed)
+
+    def _handover(self) -> Any:
+        return self.held.waiting_on_client() if self.held is not None else contextlib.nullcontext()
+
+    def _ended(self, connection: anyio.CancelScope, handed: Any) -> Exception:
+        if handed is not None and handed.cancelled_caught:
+            return self.held.handed_over()
+        return InputClosedError(self._gone(connection))
 
     def _gone(self, connection: anyio.CancelScope) -> str:
         assert connection.cancelled_caught

@@ -38,12 +38,21 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
         raise SettingsError(f"--executor {error}") from None
     token_verifier = verifier(settings) if settings.http is not None else None
     warning = check_exposure(settings, token_verifier)
+    if settings.metrics and settings.http is None:
+        raise SettingsError("--metrics serves /metrics over HTTP: give --http HOST:PORT too")
+    from .logs import configure_logging
+
+    configure_logging(settings.log_format)
     tools = load_served_tools(path, guided=settings.guided)
-    store = executor = engine = tracer = None
+    store = executor = engine = tracer = meters = None
     if settings.otel:
         from .telemetry import configure_tracing
 
-        tracer = configure_tracing(content=settings.trace_content)
+        tracer = configure_tracing(content=settings.trace_content, principal=settings.trace_principal)
+    if settings.metrics:
+        from .telemetry import configure_metrics
+
+        meters = configure_metrics()
     try:
         keys = settings.key_ring()  # one ring seals request_state, the store's records and the workers' steps
         history = None if settings.history == "all" else settings.history
@@ -54,6 +63,11 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
             raise SettingsError(f"--executor {spec}: {error}") from None
         _keep_builds(tools, store)
         server = create_server(tools, settings, store=store, executor=executor, keys=keys)
+        if meters is not None and store is not None:
+            from ..runtime import tracing
+            from .waiting import WaitingCount
+
+            tracing.waiting_runs(WaitingCount(store))  # read from the store at each scrape (waiting.py)
         if settings.result_handlers:
             engine = _handler_engine(settings)
             add_result_handlers(server, engine)
@@ -80,12 +94,15 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
             print(warning, file=sys.stderr)
         kept = f"; runs kept in {store.url}" if store is not None else "; no store (--store none)"
         who = "; anyone may call" if token_verifier is None else "; callers authenticate"
-        print(f"serving {len(tools)} tool(s) at http://{settings.http}/mcp{kept}{who}", file=sys.stderr)
-        anyio.run(functools.partial(serving, serve_http, server, settings, token_verifier))
+        measured = f"; metrics at http://{settings.http}/metrics" if meters is not None else ""
+        print(f"serving {len(tools)} tool(s) at http://{settings.http}/mcp{kept}{who}{measured}", file=sys.stderr)
+        anyio.run(functools.partial(serving, serve_http, server, settings, token_verifier, meters))
     finally:
         _close(store, executor)
         if tracer is not None:
             tracer.shutdown()  # what is still batched goes out
+        if meters is not None:
+            meters.shutdown()
 
 
 def _keep_builds(tools: dict[str, Any], store: Any) -> None:

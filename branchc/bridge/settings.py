@@ -161,6 +161,17 @@ class ServeSettings(BaseSettings):
     """With --otel: spans may hold what users and models wrote (prompts, answers, sampled text); else sizes only."""
     console: bool = False
     """HTTP: also serve the runs console (in a browser) at /console, behind the same auth; needs a store."""
+    trace_principal: bool = False
+    """With --otel: a failed span names the caller's principal (enduser.id); else no span names one."""
+    metrics: bool = False
+    """HTTP: serve OpenTelemetry metrics for Prometheus at /metrics (behind the same auth as /mcp);
+    pip install 'branchc[otel]'."""
+    log_format: Literal["text", "json"] = "text"
+    """How log lines on stderr look: text, or json (one object a line: time, level, message, and the run id,
+    round, tool and principal where known)."""
+    drain_timeout: float = Field(30, ge=0)
+    """HTTP: on SIGTERM, seconds to finish the calls in flight (new ones get 503 with Retry-After) and hand the
+    handshake-era runs still waiting on a client over to the store (released, for `branchc runs resume`)."""
 
     @field_validator("history")
     @classmethod
@@ -290,7 +301,7 @@ _GROUPS = {
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",
     "Where work runs": "executor upstream result_handlers handler_engine unsafe_handlers",
-    "Operating": "otel trace_content console",
+    "Operating": "otel trace_content trace_principal metrics log_format drain_timeout console",
 }
 #: The help panel of each flag of `branchc serve` (the rest go under "Options").
 PANELS = {name: panel for panel, names in _GROUPS.items() for name in names.split()}

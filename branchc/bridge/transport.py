@@ -8,7 +8,9 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server import Server
 from mcp.server.auth.provider import TokenVerifier
@@ -18,6 +20,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from .auth import http_auth, transport_security
 from .connection import ClientWatch
 from .deadlines import deadline_protocol
+from .operations import Drain, Operations, Readiness, drain
 from .server import EPHEMERAL_KEY_WARNING
 from .settings import ServeSettings
 
@@ -37,7 +40,9 @@ async def serve_stdio(server: Server) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(server: Server, settings: ServeSettings, token_verifier: TokenVerifier | None = None) -> None:
+async def serve_http(
+    server: Server, settings: ServeSettings, token_verifier: TokenVerifier | None = None, metrics: Any = None
+) -> None:
     """Stateful streamable HTTP at /mcp on `settings.http` (the handshake era's back channel needs the
     session's stream). Warns when request_state is sealed with a key of this process only: replicas could
     not share rounds.
@@ -47,7 +52,11 @@ async def serve_http(server: Server, settings: ServeSettings, token_verifier: To
     call whose client went away, and fails the request an answer over `--max-message-mb` answers; a session
     nothing was sent on for `--session-timeout` seconds is closed (0: never); a request must arrive whole
     within `--request-timeout` seconds, and past `--max-connections` connections requests get 503. A token
-    file is read again on SIGHUP."""
+    file is read again on SIGHUP.
+
+    Besides /mcp (operations.py): /healthz, /readyz, and /metrics when `metrics` is given (`--metrics`). SIGTERM
+    (and SIGINT) drains: new calls get 503, the calls in flight finish, handshake-era runs still waiting on a
+    client are handed over to the store, and the server returns within `--drain-timeout` seconds."""
     _quiet()
     if getattr(server, "state_keys", None) is None:
         print(EPHEMERAL_KEY_WARNING, file=sys.stderr)
@@ -67,7 +76,17 @@ async def serve_http(server: Server, settings: ServeSettings, token_verifier: To
         custom_starlette_routes=routes,
         **http_auth(settings, token_verifier),
     )
-    app = ClientWatch(sdk_app, max_message_size)
+    bridge = getattr(server, "bridge", None)
+    state = Drain(settings.drain_timeout)
+    app = Operations(
+        ClientWatch(sdk_app, max_message_size),
+        drain=state,
+        readiness=Readiness(getattr(bridge, "store", None), getattr(server, "state_keys", None)),
+        metrics=metrics,
+        token_verifier=token_verifier,
+        security=transport_security(settings),
+        max_body=max_message_size,
+    )
     # an idle connection is kept longer than clients keep theirs (httpx: 5 s), so a client never sends a request
     # on a connection this server is closing at that moment (the request would fail, not be retried)
     config = uvicorn.Config(
@@ -75,13 +94,40 @@ async def serve_http(server: Server, settings: ServeSettings, token_verifier: To
         host=host,
         port=port,
         log_level="warning",
+        # --log-format json: uvicorn's loggers go to the JSON handler (logs.py), not its own formatters
+        **({"log_config": None} if settings.log_format == "json" else {}),
         lifespan="on",
         timeout_keep_alive=KEEP_ALIVE,
         http=deadline_protocol(settings.request_timeout),  # deadlines.py: no client holds a connection for ever
         limit_concurrency=settings.max_connections,
     )
+    http = _DrainingServer(config, state)
+
+    def stop(grace: float) -> None:
+        config.timeout_graceful_shutdown = grace
+        http.should_exit = True
+
     with _reload_on_hangup(token_verifier):
-        await uvicorn.Server(config).serve()
+        async with anyio.create_task_group() as group:
+            group.start_soon(drain, state, bridge, stop)
+            await http.serve()
+            group.cancel_scope.cancel()
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, whose SIGTERM and first SIGINT begin the drain (operations.py) instead of closing at once;
+    a second SIGINT closes at once, as uvicorn's. The process then exits normally (status 0), the signal
+    handled."""
+
+    def __init__(self, config: uvicorn.Config, state: Drain) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if sig == signal.SIGINT and self.state.draining:
+            self.force_exit = self.should_exit = True
+            return
+        self.state.begin()
 
 
 @contextlib.contextmanager

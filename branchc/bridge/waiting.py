@@ -9,19 +9,24 @@ the store in those two statuses, so give guided runs a store of their own (a fil
 Across replicas the caps are checked, then written: two starts racing on the last slot may both fit.
 A taken run is claimed by the taking process, and kept at least expiry.LEASE seconds more, so the sweeper
 does not end it mid-round (expiry.py); put back, it has its own expiry again.
+
+`WaitingCount`: the runs waiting in a store by tool and era, for the `branchc.runs.waiting` gauge.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from collections import Counter
 
+from ..runtime import tracing
 from ..store.base import RunMeta, RunNotFoundError, RunRecord, RunStore, StaleRunError
 from .expiry import LEASE
 from .guided import DEFAULT_MAX_RUN_BYTES, GuidedFullError, GuidedRunTooLargeError, WaitingRun
 from .holder import holder
 
-__all__ = ["StoreWaitingRuns"]
+__all__ = ["StoreWaitingRuns", "WaitingCount"]
 
 HELD = ("waiting", "running")
 ERA = "guided"  # what a guided run's record says of its era: only such a record is taken by a state id
@@ -94,6 +99,7 @@ class StoreWaitingRuns:
         record = RunRecord.new(run.tool, run.saved, ttl=0, meta=meta, owner=run.owner)
         # no history: the run's next round is a record of its own, under a new id
         self.store.create(dataclasses.replace(record, expires=run.expires), history=False)
+        tracing.checkpoint_written(run.saved, run.tool, "guided")
         return record.run_id
 
     def take(self, ident: str, owner: str | None = None) -> WaitingRun | None:
@@ -145,3 +151,34 @@ class StoreWaitingRuns:
                 f"({self.max_run_bytes} bytes); the run {ended} and was ended; call the tool again to start over "
                 f"(a run that keeps what each round answered, in a loop, grows with every round)"
             )
+
+
+class WaitingCount:
+    """The runs waiting in `store`, by (tool, era), read at a metrics scrape (runtime/tracing.py, `waiting_runs`).
+
+    Read from the store, not kept in the process: a run waits between rounds in no process at all, any replica
+    may start or end it, and a restarted replica would forget what it counted, so only the store knows; every
+    replica on one store reports the same figures (aggregate replicas with max, not sum). Bounded: one count of
+    the waiting runs (an index lookup) and the tools and eras of at most `scan` of them, the latest (opening each
+    record's head), at most once every `every` seconds per process; waiting runs past `scan` are counted under
+    tool and era "(unread)", so the figures always add up to the store's count."""
+
+    def __init__(self, store: RunStore, *, scan: int = 1000, every: float = 5.0) -> None:
+        self.store = store
+        self.scan = scan
+        self.every = every
+        self._last: tuple[float, dict[tuple[str, str], int]] = (-every, {})
+        self._lock = threading.Lock()
+
+    def __call__(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            at, counts = self._last
+            if time.monotonic() - at < self.every:
+                return counts
+            total = self.store.usage("waiting").count
+            records = self.store.list(status="waiting", limit=self.scan) if total else []
+            found = Counter((record.tool, record.meta.era or "unknown") for record in records)
+            if total > len(records):
+                found[("(unread)", "(unread)")] += total - len(records)
+            self._last = (time.monotonic(), dict(found))
+            return self._last[1]

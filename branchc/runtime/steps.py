@@ -361,20 +361,26 @@ class Shipment:
         return True
 
     def take(self, ident: str, state: BranchState, original: Any) -> tuple[Any, str, Any] | None:
-        """`_take`, ending the step's span (tracing.py) with what came of it."""
+        """`_take`, ending the step's span (tracing.py) with what came of it, and counting where it ended."""
         span = self.sent[ident].span
-        if span is None:
+        if span is None and not tracing.measuring():
             return self._take(ident, state, original)
         try:
             outcome = self._take(ident, state, original)
         except BaseException as error:
-            tracing.failed(span, error)
+            tracing.step_ended("failed")
+            if span is not None:
+                tracing.failed(span, error)
             raise
         else:
-            span.set_attribute("branchc.where", "here" if outcome is None else "worker")
+            where = "here" if outcome is None else "worker"
+            tracing.step_ended(where)
+            if span is not None:
+                span.set_attribute("branchc.where", where)
             return outcome
         finally:
-            span.end()
+            if span is not None:
+                span.end()
 
     def _take(self, ident: str, state: BranchState, original: Any) -> tuple[Any, str, Any] | None:
         """(generator, kind, value) of this branch's step, from its worker's answer (waited for), for
@@ -447,6 +453,7 @@ class Shipment:
         entry = self.sent.pop(ident, None)
         if entry is not None:
             entry.future.cancel()
+            tracing.step_ended("dropped")
             if entry.span is not None:
                 entry.span.set_attribute("branchc.where", "dropped")
                 entry.span.end()

@@ -225,7 +225,9 @@ class ResultHandlers:
                 )
             except HandlerError as error:
                 tracing.failed(current, error)
+                tracing.handler_ran(self.engine.name, ok=False)
                 return _error(f"{PARAMETER} failed ({self.engine.name}): {error}")
+        tracing.handler_ran(self.engine.name, ok=True)
         raw_bytes = _size(result)
         text = json.dumps(value, ensure_ascii=False)
         note = f"[{PARAMETER}: {len(text.encode())} bytes of result from {raw_bytes} bytes of raw tool output]"
