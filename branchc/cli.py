@@ -81,6 +81,7 @@ def _load_responses(path: Path) -> MockClient:
     from .runtime.inputs import InputError, parse_yaml, read_text
     from .runtime.messages import SampleResult
     from .runtime.testing import MockClient
+    from .runtime.toolcalls import ToolResult
 
     class _Responses(BaseModel):
         """The scripted answers file of `branchc run --responses`."""
@@ -89,6 +90,7 @@ def _load_responses(path: Path) -> MockClient:
 
         sample: list[str | SampleResult] = []
         elicit: list[ElicitAnswer] = []
+        tools: list[str | ToolResult] = []  # results of tool calls the run makes elsewhere (upstream), in order
 
     try:
         data = parse_yaml(read_text(path), str(path)) or {}
@@ -100,9 +102,9 @@ def _load_responses(path: Path) -> MockClient:
         lines = "\n".join(f"  {line}" for line in format_validation_errors(error))
         raise CliError(
             f"{path}: the scripted answers do not fit; expected `sample:` (a list of texts) and "
-            f"`elicit:` (a list of {{action, content}}):\n{lines}"
+            f"`elicit:` (a list of {{action, content}}) and perhaps `tools:` (a list of tool results):\n{lines}"
         ) from None
-    return MockClient(script.sample, script.elicit)
+    return MockClient(script.sample, script.elicit, tool_responses=script.tools)
 
 
 def _parse_params(text: str) -> Any:
@@ -175,10 +177,10 @@ def run(
     from .continuation.errors import NotSerializableError
     from .executors import ExecutorSpecError, open_executor, parse_executor
     from .runtime import Limits, run_tool
-    from .runtime.compiled import load_compiled_tool
+    from .runtime.compiled import load_compiled_tool, load_compiled_tools
     from .runtime.console import ConsoleClient
     from .runtime.errors import BranchcError, ToolPhaseError
-    from .runtime.loader import load_tool
+    from .runtime.loader import load_tool, load_tools
     from .runtime.runstate import RunStateError
     from .viz import TimelinePrinter
     from .viz.trace import TraceRecorder
@@ -198,14 +200,17 @@ def run(
             raise CliError(
                 "--executor runs branch steps as snapshots elsewhere: it needs the tool compiled, so drop --in-memory"
             )
+        tools = None  # the tools ctx.call_tool(name) reaches: the file's
         if file.suffix in (".yaml", ".yml"):  # a workflow: always compiled (its tool module is generated)
             from .workflows import load_workflow_tool
 
             tool = load_workflow_tool(file, warn=lambda diagnostic: _print_diagnostics([diagnostic]))
         elif in_memory:
             tool = load_tool(file, tool_name)
+            tools = load_tools(file)
         else:
             tool = load_compiled_tool(file, tool_name, warn=lambda diagnostic: _print_diagnostics([diagnostic]))
+            tools = load_compiled_tools(file)
         arguments = _parse_params(params)
         client = ConsoleClient(err) if interactive else _load_responses(responses)
         limits = Limits(max_depth=max_depth, max_tokens=max_tokens, timeout=timeout)
@@ -232,6 +237,7 @@ def run(
                 on_event=on_event if observers else None,
                 portable=not in_memory,
                 executor=pool,
+                tools=tools,
             )
         )
     except ToolPhaseError as error:

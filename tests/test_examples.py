@@ -10,7 +10,7 @@ import anyio
 import pytest
 import yaml
 
-from branchc import ParamsError, run_tool, tool
+from branchc import ParamsError, Tool, run_tool, tool
 from branchc.testing import MockClient
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -599,6 +599,7 @@ RESPONSES = {
     ),
     # this repository's own last commit (CI clones it whole)
     "git_diff": ({"repo": str(EXAMPLES.parent)}, lambda r: r.startswith("diff --git a/")),
+    "travel_agent": ({"question": "Is it warm in Lisbon today?"}, lambda r: "24 °C" in r["answer"]),
 }
 
 
@@ -614,8 +615,30 @@ async def test_responses_file_runs_the_tool_to_completion(name, flights_db):
     assert set(script) <= {"sample", "elicit"}
     client = MockClient(script.get("sample", []), script.get("elicit", []))
     params, check = RESPONSES[name]
-    result = await run(getattr(load_example(name), name), params, client)
+    module = load_example(name)
+    tools = {value.name: value for value in vars(module).values() if isinstance(value, Tool)}  # ctx.call_tool's
+    result = await run_tool(getattr(module, name), params, client, call_id="c1", tools=tools)
     assert check(result), result
     # Every scripted answer is used: none is missing, none is left over.
     assert len(client.sample_calls) == len(script.get("sample", []))
     assert len(client.elicit_calls) == len(script.get("elicit", []))
+
+
+@pytest.mark.anyio
+async def test_the_agent_loop_runs_the_models_tool_use_and_goes_on_from_the_results():
+    module = load_example("travel_agent")
+    script = yaml.safe_load((EXAMPLES / "responses" / "travel_agent.yaml").read_text(encoding="utf-8"))
+    client = MockClient(script["sample"], [])
+    tools = {"airport": module.airport, "weather": module.weather}
+    result = await run_tool(module.travel_agent, {"question": "Is it warm in Lisbon today?"}, client, tools=tools)
+    assert result["answer"].startswith("Yes: it is sunny")
+    first, second, third = client.sample_calls
+    assert [spec.name for spec in first.tools] == ["airport", "weather"]
+    assert first.tools[0].input_schema["properties"]["city"]["type"] == "string"
+    # each next sample holds the model's tool_use and the tool's real result, under the model's own call id
+    kinds = [(m.role, getattr(m, "tool_call_id", None)) for m in third.messages]
+    assert kinds == [("user", None), ("assistant", None), ("tool", "call_1"), ("assistant", None), ("tool", "call_2")]
+    assert third.messages[2].content == '{"city":"Lisbon","code":"LIS"}'
+    assert third.messages[4].content == '{"code":"LIS","weather":"sunny, 24 °C"}'
+    assert len(second.messages) == 3
+    assert client.tool_calls == []  # both are tools of this server: none reached the client

@@ -179,10 +179,10 @@ async def test_bad_messages_raise_at_the_call_site_with_every_problem():
 
 async def test_sample_argument_errors():
     ctx = await capture_ctx()
-    one_of = r"ctx.sample\(\) takes exactly one of prompt= \(auto-tracked\) or messages= \(explicit\)"
-    with pytest.raises(TypeError, match=one_of):
+    neither = r"with neither it continues the tracked history after tool results .* does not end with one"
+    with pytest.raises(TypeError, match=neither):
         ctx.sample()
-    with pytest.raises(TypeError, match=one_of):
+    with pytest.raises(TypeError, match=r"takes one of prompt= \(auto-tracked\) or messages= \(explicit\), not both"):
         ctx.sample("p", messages=[])
     with pytest.raises(TypeError, match=r"prompt=...\) must be a str, not int"):
         ctx.sample(5)

@@ -113,9 +113,19 @@ class Context(ContextHandle):
         tools: list[ToolSpec | dict[str, Any]] | None = None,
         tool_choice: Literal["auto", "required", "none"] | None = None,
     ) -> Sample:
-        """`prompt=` appends the user/assistant pair to `ctx.messages`; `messages=` does not."""
-        if (prompt is None) == (messages is None):
-            raise TypeError("ctx.sample() takes exactly one of prompt= (auto-tracked) or messages= (explicit)")
+        """`prompt=` appends the user/assistant pair to `ctx.messages`; `messages=` does not. Neither, after tool
+        results (`ctx.call_tool` answering the model's tool_use): the model goes on from the history as it stands,
+        and its reply joins it (the agent loop)."""
+        if prompt is not None and messages is not None:
+            raise TypeError("ctx.sample() takes one of prompt= (auto-tracked) or messages= (explicit), not both")
+        if prompt is None and messages is None:
+            history = self._branch.messages
+            if not history or getattr(history[-1], "role", None) != "tool":
+                raise TypeError(
+                    "ctx.sample() takes prompt= (auto-tracked) or messages= (explicit); with neither it continues "
+                    "the tracked history after tool results (ctx.call_tool(..., tool_call_id=...)), and this "
+                    "branch's history does not end with one"
+                )
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"ctx.sample(prompt=...) must be a str, not {type(prompt).__name__}")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:

@@ -93,6 +93,7 @@ class Request:
     elicit: ElicitRequest | None = None
     schema: type[BaseModel] | None = None
     context: Any = None
+    continues: bool = False  # a sample that continues the tracked history as it stands: its reply joins it
 
 
 @dataclass
@@ -440,9 +441,12 @@ class Machine:
         self.samples += 1
         number = self.samples
         prompt = None
+        continues = effect.prompt is None and effect.messages is None
         if effect.prompt is not None:
             prompt = Message(role="user", content=effect.prompt)
             messages = [*branch.messages, prompt]
+        elif continues:  # ctx.sample() after tool results: the history as it stands, the reply added to it
+            messages = list(branch.messages)
         else:
             messages = list(effect.messages)
         system_prompt = effect.system_prompt if effect.system_prompt is not None else branch.system_prompt
@@ -474,7 +478,7 @@ class Machine:
         key = f"sample-{number}"
         self.requests[key] = Request(
             key, branch.id, where, "sample", number, branch.deadline, sample=request, prompt=prompt,
-            prompt_tokens=prompt_tokens, reserved=reserved,
+            prompt_tokens=prompt_tokens, reserved=reserved, continues=continues,
         )  # fmt: skip
         return key
 
@@ -744,12 +748,12 @@ class Machine:
             else estimate_tokens(result.text + "".join(json.dumps(c.function.arguments) for c in result.tool_calls))
         )
         branch.tokens.charge(used - request.reserved)
-        if request.prompt is not None:
+        if request.prompt is not None or request.continues:
             if result.tool_calls:
                 reply: Any = AssistantToolCallMessage(content=result.text or None, tool_calls=result.tool_calls)
             else:
                 reply = Message(role="assistant", content=result.text)
-            branch.messages.extend([request.prompt, reply])
+            branch.messages.extend([request.prompt, reply] if request.prompt is not None else [reply])
         if self.observed:  # the event dumps the whole request (the history): only when someone listens
             self.emit(
                 "sample",

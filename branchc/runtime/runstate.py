@@ -239,6 +239,7 @@ def _machine_entry(machine: Machine, child: Any, path: Any) -> dict:
                 child(request.elicit, path),
                 child(request.schema, path),
                 child(request.context, (path, request.key, ".{}")),
+                *([True] if request.continues else []),  # written only when set: a run of before it reads as ever
             ]
         )
     entry = {
@@ -296,9 +297,11 @@ def _decode_machine(entry: dict, child: Any, path: str) -> dict[str, Any]:
     saved_requests: dict[str, Request] = {}
     for index, item in enumerate(requests):
         where = f"{path}.requests[{index}]"
-        if type(item) is not list or len(item) != len(_REQUEST_FIELDS):
-            raise SnapshotDataError(where, f"expected [{', '.join(_REQUEST_FIELDS)}]")
-        fields = dict(zip(_REQUEST_FIELDS, item, strict=True))
+        if type(item) is not list or len(item) not in (len(_REQUEST_FIELDS) - 1, len(_REQUEST_FIELDS)):
+            raise SnapshotDataError(where, f"expected [{', '.join(_REQUEST_FIELDS)}] (the last one only when true)")
+        fields = dict(zip(_REQUEST_FIELDS, [*item, False][: len(_REQUEST_FIELDS)], strict=True))
+        if fields["continues"] is not True and fields["continues"] is not False:
+            raise SnapshotDataError(f"{where}.continues", "expected true")
         for name in ("where", "deadline", "prompt", "elicit", "schema", "context"):
             fields[name] = child(fields[name], f"{where}.{name}")
         fields["sample"] = _decode_sample(fields["sample"], child, f"{where}.sample")

@@ -48,6 +48,7 @@ from .content import split as split_content
 from .context import Context, is_generator_function
 from .errors import OutputError, ParamsError, ToolDefinitionError, format_validation_errors
 from .limits import Limits
+from .messages import ToolSpec
 from .signature import Signature, function_name, function_place
 
 __all__ = ["CAPABILITIES", "Tool", "resumable", "tool"]
@@ -260,6 +261,11 @@ class Tool:
     def input_schema(self) -> dict[str, Any]:
         """JSON Schema of the params (the MCP inputSchema)."""
         return self.params.model_json_schema()
+
+    def spec(self) -> ToolSpec:
+        """The tool as a sample may offer it to the model (`ctx.sample(..., tools=[lookup.spec()])`), for a branch
+        that then runs the model's tool_use through `ctx.call_tool`."""
+        return ToolSpec(name=self.name, description=self.description or "", input_schema=self.input_schema)
 
     @property
     def output_schema(self) -> dict[str, Any] | None:

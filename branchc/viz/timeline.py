@@ -103,6 +103,16 @@ class TimelinePrinter:
         content = f" {escape(_short(answer['content'], self.width))}" if answer.get("content") is not None else ""
         self._detail(e["depth"], f"[{_ACTION_STYLE[action]}]→ {action}[/]{content}")
 
+    def _on_call_tool(self, e: dict[str, Any]) -> None:
+        name = e["name"] if e.get("server") is None else f"{e['server']}:{e['name']}"
+        arguments = escape(_short(e["arguments"], self.width))
+        self._line(e["depth"], f"[green]call_tool {escape(name)}[/] {arguments}", e["branch"])
+
+    def _on_tool_result(self, e: dict[str, Any]) -> None:
+        if "branch" in e:
+            shown = "[red]→ error result[/]" if e.get("is_error") else "[dim]→ result[/]"
+            self._line(e["depth"], f"{shown} [dim]{escape(e['key'])}[/]", e["branch"])
+
     def _on_timeout(self, e: dict[str, Any]) -> None:
         self._line(e["depth"], "[red]timeout[/]", e["branch"])
 
