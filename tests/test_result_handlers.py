@@ -97,6 +97,7 @@ async def test_a_plain_sdk_server_adopts_result_handlers_in_a_few_lines(repo, en
     add_result_handlers(server, engine)
     async with Client(server, mode=mode) as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert listed.pop("result_handler_tools").input_schema["properties"] == {}  # the wrappers' one place
         for tool in listed.values():
             parameter = tool.input_schema["properties"]["result_handler"]
             assert parameter["properties"]["language"] == {"const": "python"}
@@ -147,6 +148,8 @@ async def test_a_handler_calls_other_tools_through_typed_wrappers(repo, engine):
     async with Client(server, mode="2026-07-28") as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
         described = listed["diff"].input_schema["properties"]["result_handler"]["description"]
+        guide = listed["result_handler_tools"].description
+        fetched = await client.call_tool("result_handler_tools", {})
         result = await client.call_tool("diff", {"result_handler": {"language": "python", "script": script}})
         unknown = await client.call_tool(
             "diff", {"result_handler": {"language": "python", "script": "tools.nope(x=1)"}}
@@ -158,7 +161,9 @@ async def test_a_handler_calls_other_tools_through_typed_wrappers(repo, engine):
             "diff",
             {"result_handler": {"language": "python", "script": "tools.count_lines(text='a', result_handler={})"}},
         )
-    assert "def count_lines(*, text: str) -> Any:" in described  # the typed wrapper, shown to the model
+    assert "def count_lines(*, text: str) -> Any:" in guide  # the typed wrapper, shown to the model once
+    assert "def count_lines" not in described and "result_handler_tools" in described  # named, not repeated
+    assert "def count_lines(*, text: str) -> Any:" in fetched.content[0].text
     lines = len(git(repo, "diff", "--no-color", "HEAD~1", "HEAD", "--").splitlines())
     assert json.loads(result.content[0].text) == {"lines": lines, "again": 3}
     assert unknown.is_error and "no tool 'nope'" in text_of(unknown), text_of(unknown)
@@ -343,3 +348,86 @@ def test_serve_refuses_the_cpython_engine_where_bubblewrap_cannot_run(tmp_path):
         stdin=subprocess.DEVNULL,  # stdio ends at once: the server starts, then stops
     )
     assert "IN NO SANDBOX" in unsafe.stderr, unsafe.stderr
+
+
+def _many_tools(count: int) -> MCPServer:
+    mcp = MCPServer("many")
+    for index in range(count):
+
+        def tool(text: str, times: int = 1) -> str:
+            return text * times
+
+        tool.__name__ = f"tool_{index}"
+        tool.__doc__ = f"Tool number {index}, which repeats a text."
+        mcp.tool()(tool)
+    return mcp
+
+
+async def test_the_wrappers_are_described_once_so_tools_list_grows_linearly(engine):
+    sizes = []
+    for count in (1, 5, 10):
+        server = _many_tools(count)
+        add_result_handlers(server, engine)
+        async with Client(server, mode="2026-07-28") as client:
+            listed = await client.list_tools()
+        guide = next(tool for tool in listed.tools if tool.name == "result_handler_tools")
+        assert all(f"def tool_{index}(" in guide.description for index in range(count))
+        assert not any("def tool_" in json.dumps(t.input_schema) for t in listed.tools if t is not guide)
+        sizes.append(len(listed.model_dump_json(by_alias=True, exclude_none=True)))
+    per_tool = [(sizes[1] - sizes[0]) / 4, (sizes[2] - sizes[1]) / 5]  # bytes each added tool costs
+    assert per_tool[1] < per_tool[0] * 1.2  # each tool adds about the same: no wrapper is repeated per tool
+
+
+async def test_without_chaining_no_wrappers_are_listed_and_a_handler_calls_nothing(repo, engine):
+    server = plain_server(repo)
+    add_result_handlers(server, engine, chaining=False)
+    async with Client(server, mode="2026-07-28") as client:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        handled = await client.call_tool(
+            "diff", {"result_handler": {"language": "python", "script": "tools.count_lines(text='a')"}}
+        )
+    assert "result_handler_tools" not in names
+    assert handled.is_error and "tools" in text_of(handled)
+
+
+UPSTREAM = ROOT / "tests" / "servers" / "upstream_tools.py"
+
+
+@pytest.mark.parametrize("kind", ["monty", "cpython"])
+async def test_a_handler_calls_upstream_tools_through_their_wrappers(repo, engine, kind, tmp_path, monkeypatch):
+    from branchc.bridge.upstream import Upstreams
+
+    if kind == "cpython":
+        from branchc.bridge.handlers.sandbox import SandboxEngine, bubblewrap_available
+
+        why = bubblewrap_available()
+        if why is not None:
+            pytest.skip(f"the full-CPython engine's sandbox: {why} (Debian: apt-get install bubblewrap)")
+        chosen: Any = SandboxEngine()
+    else:
+        chosen = engine
+    monkeypatch.setenv("BRANCHC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UPSTREAM_MARKS", str(tmp_path / "marks"))
+    upstreams = Upstreams([f"up=stdio:{sys.executable} -m branchc serve {UPSTREAM}"])
+    try:
+        server = plain_server(repo)
+        add_result_handlers(server, chosen, upstreams=upstreams)
+        script = [
+            "found = upstream.up.lookup(q='lisbon')",
+            "[found['found'], tools.count_lines(text='a\\nb')['lines']]",
+        ]
+        async with Client(server, mode="2026-07-28") as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            result = await client.call_tool("diff", {"result_handler": {"language": "python", "script": script}})
+            asking = await client.call_tool(
+                "diff", {"result_handler": {"language": "python", "script": "upstream.up.confirm(q='x')"}}
+            )
+    finally:
+        upstreams.close()
+        if kind == "cpython":
+            await chosen.aclose()
+    guide = listed["result_handler_tools"].description
+    assert "class upstream:" in guide and "def lookup(*, q: str) -> Any:" in guide and "Look a word up" in guide
+    assert not result.is_error, text_of(result)
+    assert json.loads(result.content[0].text) == ["LISBON", 2]
+    assert asking.is_error and "asks for input, which a handler cannot give" in text_of(asking)

@@ -146,6 +146,9 @@ class ServeSettings(BaseSettings):
     result_handlers: bool = False
     """Give every tool an optional result_handler parameter: a Python script run on the tool's output in a
     sandbox, whose value is returned instead of the output."""
+    no_chaining: bool = False
+    """With --result-handlers: a handler may not call other tools (no tools.NAME, no upstream.SERVER.NAME), and
+    tools/list holds no wrappers for it."""
     handler_engine: Literal["monty", "cpython"] = "monty"
     """Where result handlers run: monty (an interpreter for a subset of Python, in worker processes) or cpython
     (full Python, each handler in a bubblewrap sandbox)."""
@@ -300,7 +303,7 @@ _GROUPS = {
     "Who answers": "sampling provider_url provider_model provider_key guided guided_ttl guided_max_runs "
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",
-    "Where work runs": "executor upstream result_handlers handler_engine unsafe_handlers",
+    "Where work runs": "executor upstream result_handlers no_chaining handler_engine unsafe_handlers",
     "Operating": "otel trace_content trace_principal metrics log_format drain_timeout console",
 }
 #: The help panel of each flag of `branchc serve` (the rest go under "Options").

@@ -53,6 +53,36 @@ _TEMPLATE = jinja2.Environment(
 """
 )
 
+_UPSTREAM = jinja2.Environment(
+    autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined
+).from_string(
+    """
+
+class upstream:
+    \"\"\"The tools of the upstream MCP servers: `upstream.SERVER.TOOL(...)` runs the tool and returns its result.\"\"\"
+{% for server in servers %}
+
+    class {{ server.python }}:
+        \"\"\"The tools of the upstream server {{ server.name }}.\"\"\"
+{% for tool in server.tools %}
+
+        @staticmethod
+        def {{ tool.python }}({{ tool.signature }}) -> Any:
+            \"\"\"{{ tool.doc }}
+{% if tool.params_doc %}
+
+            Args:
+{% for line in tool.params_doc %}
+                {{ line }}
+{% endfor %}
+{% endif %}
+            \"\"\"
+            return _call({{ tool.name | tojson }}, _given({ {{- tool.arguments -}} }))
+{% endfor %}
+{% endfor %}
+"""
+)
+
 _HINTS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list", "object": "dict"}
 
 
@@ -81,8 +111,29 @@ def _line(text: Any) -> str:
 
 
 def render_wrappers(tools: dict[str, dict[str, Any]], descriptions: dict[str, str] | None = None) -> str:
-    """Python source of the `tools` namespace for `tools` (name -> JSON input schema); `_call`, `_given`,
-    `_UNSET` and `Any` are the engine's to provide."""
+    """Python source of the `tools` namespace for `tools` (name -> JSON input schema), and of the `upstream`
+    namespace for the tools of upstream servers among them (named `SERVER:TOOL`: `upstream.SERVER.TOOL(...)`);
+    `_call`, `_given`, `_UNSET` and `Any` are the engine's to provide."""
+    here = {name: schema for name, schema in tools.items() if ":" not in name}
+    source = _TEMPLATE.render(tools=_listed(here, descriptions))
+    servers: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, schema in tools.items():
+        if ":" in name:
+            servers.setdefault(name.split(":", 1)[0], {})[name] = schema
+    if servers:
+        source += _UPSTREAM.render(
+            servers=[
+                {"python": python_name(server), "name": server, "tools": _listed(named, descriptions, strip=True)}
+                for server, named in sorted(servers.items())
+            ]
+        )
+    return source
+
+
+def _listed(
+    tools: dict[str, dict[str, Any]], descriptions: dict[str, str] | None, *, strip: bool = False
+) -> list[dict[str, Any]]:
+    """What the templates need of each tool; `strip`: its Python name leaves out its server (`SERVER:TOOL`)."""
     listed = []
     for name, schema in sorted(tools.items()):
         properties = schema.get("properties") or {}
@@ -102,14 +153,14 @@ def render_wrappers(tools: dict[str, dict[str, Any]], descriptions: dict[str, st
         listed.append(
             {
                 "name": name,
-                "python": python_name(name),
+                "python": python_name(name.split(":", 1)[1] if strip else name),
                 "signature": f"*, {signature}" if signature else "",
                 "arguments": ", ".join(f"{json.dumps(key)}: {py}" for key, py, _, _ in params),
                 "doc": doc,
                 "params_doc": params_doc,
             }
         )
-    return _TEMPLATE.render(tools=listed)
+    return listed
 
 
 CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -128,6 +179,9 @@ class ChainedCalls:
     async def __call__(self, name: str, arguments: dict[str, Any]) -> Any:
         if name not in self.tools:
             known = ", ".join(sorted(self.tools)) or "none"
+            if ":" in name:
+                server, tool = name.split(":", 1)
+                raise HandlerError(f"upstream.{python_name(server)}.{python_name(tool)}: no such tool (known: {known})")
             raise HandlerError(f"tools.{python_name(name)}: this server has no tool {name!r} (it has: {known})")
         if not isinstance(arguments, dict):
             raise HandlerError(f"tools.{python_name(name)}: arguments are keyword arguments (an object)")

@@ -181,6 +181,13 @@ class _Tools:
 _Tools.__name__ = _Tools.__qualname__ = "tools"
 
 
+class _Upstream:
+    """What `upstream` is inside the sandbox: a host object whose attributes are the upstream servers' namespaces."""
+
+
+_Upstream.__name__ = _Upstream.__qualname__ = "upstream"
+
+
 class MontyEngine:
     """Runs handler scripts in a pool of warm Monty workers (the `ResultEngine` contract of engine.py).
 
@@ -263,6 +270,8 @@ class MontyEngine:
         inputs: dict[str, Any] = {"tool_output": tool_output, "arguments": arguments}
         if bridge is not None:
             inputs["tools"] = bridge.instance
+            if bridge.upstream is not None:
+                inputs["upstream"] = bridge.upstream
         try:
             output = await self._run(pool, source, inputs, limits, bridge)
         except monty.MontyError as error:
@@ -327,7 +336,9 @@ def _resource_limits(limits: Limits) -> monty.ResourceLimits:
 
 
 class _ToolBridge:
-    """`tools` for one run: which Python names are which tools, and how many calls were made."""
+    """`tools` (and `upstream`, with the tools of upstream servers, named `SERVER:TOOL`) for one run: which Python
+    names are which tools, and how many calls were made. Each namespace is a host object whose method calls and
+    attribute reads come back here by the object's id."""
 
     def __init__(self, tools: dict[str, dict[str, Any]], call: ToolCaller, limits: Limits) -> None:
         self.instance = monty.ClassInstance(_Tools())
@@ -335,47 +346,83 @@ class _ToolBridge:
         self.limit = limits.tool_calls
         self.max_bytes = limits.output_bytes
         self.made = 0
-        self.names: dict[str, str] = {}
-        self.params: dict[str, dict[str, str]] = {}
+        self.spaces: dict[int, tuple[str, dict[str, str]]] = {}  # host object id -> (its prefix, python -> tool)
+        self.params: dict[str, dict[str, str]] = {}  # tool -> python keyword -> its property
+        self.names = self._space(
+            self.instance, "tools", {name: schema for name, schema in tools.items() if ":" not in name}
+        )
+        self.upstream: Any = None
+        self.servers: dict[str, Any] = {}  # python name of a server -> its host object
+        upstream = {name: schema for name, schema in tools.items() if ":" in name}
+        if upstream:
+            self.upstream = monty.ClassInstance(_Upstream())
+            self.spaces[self.upstream.id] = ("upstream", {})
+            by_server: dict[str, dict[str, dict[str, Any]]] = {}
+            for name, schema in upstream.items():
+                by_server.setdefault(name.split(":", 1)[0], {})[name] = schema
+            for server, named in sorted(by_server.items()):
+                py = python_name(server)
+                if py in self.servers:
+                    continue
+                instance = monty.ClassInstance(type(f"upstream.{py}", (), {})())
+                self.servers[py] = instance
+                self._space(instance, f"upstream.{py}", named, strip=True)
+
+    def _space(
+        self, instance: Any, prefix: str, tools: dict[str, dict[str, Any]], *, strip: bool = False
+    ) -> dict[str, str]:
+        names: dict[str, str] = {}
         for name in sorted(tools):
-            py = python_name(name)
-            if py in self.names:
+            py = python_name(name.split(":", 1)[1] if strip else name)
+            if py in names:
                 continue  # two tools with one Python name: the first (sorted) keeps it
-            self.names[py] = name
+            names[py] = name
             properties = tools[name].get("properties") or {}
-            self.params[py] = {python_name(key): key for key in properties}
+            self.params[name] = {python_name(key): key for key in properties}
+        self.spaces[instance.id] = (prefix, names)
+        return names
 
     async def lookup(self, snapshot: monty.AsyncNameLookupSnapshot) -> monty.AsyncSnapshot:
-        """`tools.NAME` read without a call (`f = tools.git_log`): a host function whose calls come back
-        here by its name, `tools.NAME`; anything else is an AttributeError."""
+        """`tools.NAME` read without a call (`f = tools.git_log`): a host function whose calls come back here by
+        its name; `upstream.SERVER`: that server's namespace; anything else is an AttributeError."""
         py = snapshot.variable_name
-        if py not in self.names:
+        if self.upstream is not None and snapshot.object_id == self.upstream.id:
+            server = self.servers.get(py)
+            return await snapshot.resume(value=server) if server is not None else await snapshot.resume()
+        prefix, names = self.spaces[snapshot.object_id]
+        if py not in names:
             return await snapshot.resume()
 
         def tool(**arguments: Any) -> Any:  # never runs: the engine answers each call of it (`answer`)
             raise AssertionError("a tool function runs through MontyEngine")
 
-        tool.__name__ = tool.__qualname__ = f"tools.{py}"
+        tool.__name__ = tool.__qualname__ = f"{prefix}.{py}"
         return await snapshot.resume(value=tool)
 
-    async def answer(self, snapshot: monty.AsyncFunctionSnapshot, py: str) -> monty.AsyncSnapshot:
-        if py not in self.names:
-            known = ", ".join(f"tools.{n}" for n in sorted(self.names)) or "none"
-            error: BaseException = AttributeError(f"tools has no tool {py!r} (the tools are: {known})")
+    def space_of(self, name: str) -> int | None:
+        """The host object whose tool a function named `PREFIX.NAME` (read off it earlier) is."""
+        prefix = name.rsplit(".", 1)[0]
+        return next((ident for ident, (own, _) in self.spaces.items() if own == prefix), None)
+
+    async def answer(self, snapshot: monty.AsyncFunctionSnapshot, space: int, py: str) -> monty.AsyncSnapshot:
+        prefix, names = self.spaces[space]
+        if py not in names:
+            known = ", ".join(f"{prefix}.{n}" for n in sorted(names)) or "none"
+            error: BaseException = AttributeError(f"{prefix} has no tool {py!r} (the tools are: {known})")
             return await snapshot.resume({"exception": error})
         if snapshot.args:
-            error = TypeError(f"tools.{py}() takes keyword arguments only: tools.{py}(name=value, ...)")
+            error = TypeError(f"{prefix}.{py}() takes keyword arguments only: {prefix}.{py}(name=value, ...)")
             return await snapshot.resume({"exception": error})
         self.made += 1
         if self.made > self.limit:
             raise HandlerLimitError(f"the handler called more than {self.limit} tools (tool call limit)")
-        keys = self.params[py]
+        keys = self.params[names[py]]
         arguments = {keys.get(key, key): value for key, value in snapshot.kwargs.items()}
         if json_size_floor(arguments, self.max_bytes) > self.max_bytes:  # checked here: the sandbox is not believed
-            error = ValueError(f"tools.{py}(): the arguments are more than {self.max_bytes} bytes of JSON")
+            error = ValueError(f"{prefix}.{py}(): the arguments are more than {self.max_bytes} bytes of JSON")
             return await snapshot.resume({"exception": error})
         try:
-            result = await self.call(self.names[py], arguments)
+            result = await self.call(names[py], arguments)
         except HandlerError as failed:
             return await snapshot.resume({"exception": RuntimeError(str(failed))})
         return await snapshot.resume({"return_value": result})
@@ -387,13 +434,13 @@ async def _answer(snapshot: Any, bridge: _ToolBridge | None) -> Any:
         if snapshot.is_os_function:
             return await snapshot.resume_not_handled()  # Monty's refusal: PermissionError, unsupported, ...
         name = str(snapshot.function_name)
-        if bridge is not None and snapshot.object_id == bridge.instance.id:
-            return await bridge.answer(snapshot, name)  # tools.NAME(...)
-        if bridge is not None and snapshot.object_id is None and name.startswith("tools."):
-            return await bridge.answer(snapshot, name.removeprefix("tools."))  # f = tools.NAME; f(...)
+        if bridge is not None and snapshot.object_id in bridge.spaces:
+            return await bridge.answer(snapshot, snapshot.object_id, name)  # tools.NAME(...), upstream.S.NAME(...)
+        if bridge is not None and snapshot.object_id is None and (space := bridge.space_of(name)) is not None:
+            return await bridge.answer(snapshot, space, name.rsplit(".", 1)[1])  # f = tools.NAME; f(...)
         return await snapshot.resume({"exception": NameError(f"name {name!r} is not defined")})
     if isinstance(snapshot, monty.AsyncNameLookupSnapshot):
-        if bridge is not None and snapshot.object_id == bridge.instance.id:
+        if bridge is not None and snapshot.object_id in bridge.spaces:
             return await bridge.lookup(snapshot)
         return await snapshot.resume()  # an undefined name: NameError
     raise HandlerError("the handler waits on something that never completes (Monty: awaiting an external future)")

@@ -172,7 +172,9 @@ def main() -> None:
     namespace = module.__dict__
     namespace.update(tool_output=request["tool_output"], arguments=request["arguments"])
     if request.get("tools") is not None:
-        namespace["tools"] = _make_tools(request["tools"], send, proto_in, lock)
+        namespace["tools"], upstream = _make_tools(request["tools"], send, proto_in, lock)
+        if upstream is not None:
+            namespace["upstream"] = upstream
 
     try:
         tree = ast.parse(request["script"], FILENAME)
@@ -231,9 +233,10 @@ def _stack() -> list:
     return frames
 
 
-def _make_tools(wrappers: str, send, proto_in, lock) -> object:
-    """The `tools` namespace: the server's typed wrappers (chaining.py renders them from the tools' input
-    schemas), each ending in `_call(name, arguments)`, a `call` frame answered by one reply line."""
+def _make_tools(wrappers: str, send, proto_in, lock) -> tuple[object, object | None]:
+    """The `tools` namespace, and `upstream` when the server has upstream servers: the typed wrappers
+    (chaining.py renders them from the tools' input schemas), each ending in `_call(name, arguments)`, a `call`
+    frame answered by one reply line."""
 
     def call(name: str, arguments: dict) -> object:
         with lock:  # one call at a time on the pipe; the server counts them and ends a run past its limit
@@ -257,7 +260,10 @@ def _make_tools(wrappers: str, send, proto_in, lock) -> object:
     exec(compile(wrappers, "<tools>", "exec"), scope)
     tools = scope["tools"]
     tools.Error = ToolError
-    return tools
+    upstream = scope.get("upstream")
+    if upstream is not None:
+        upstream.Error = ToolError
+    return tools, upstream
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ...runtime import tracing
 from ...runtime.errors import format_validation_errors
 from ..mounting import lowlevel_server
+from ..upstream import Upstreams
 from .chaining import ChainedCalls, render_wrappers
 from .engine import HandlerError, Limits, ResultEngine
 
@@ -50,15 +51,24 @@ class ResultHandler(BaseModel):
         return self.script if isinstance(self.script, str) else "\n".join(self.script)
 
 
-def _parameter(wrappers: str | None) -> dict[str, Any]:
+#: The tool whose description holds the typed wrappers a handler may call, once for the whole server (each
+#: tool's result_handler parameter names it, rather than repeating them: that grew tools/list quadratically).
+GUIDE = "result_handler_tools"
+
+
+def _parameter(chaining: bool) -> dict[str, Any]:
     text = (
         "Optional. A Python script run on this tool's output, in a sandbox, on the server: the tool's result "
         "is then only the value of the script's last expression (JSON data), instead of the whole output. "
         "The script sees `tool_output` (the output as JSON data: the structured result, or the text) and "
         "`arguments` (this call's arguments)."
     )
-    if wrappers:
-        text += " It may call this server's other tools, which return their results as JSON data:\n" + wrappers
+    if chaining:
+        text += (
+            f" It may call this server's other tools as `tools.NAME(...)`, and the tools of its upstream servers as "
+            f"`upstream.SERVER.NAME(...)`, which return their results as JSON data; the description of the tool "
+            f"`{GUIDE}` gives their typed signatures."
+        )
     return {
         "type": "object",
         "description": text,
@@ -72,6 +82,18 @@ def _parameter(wrappers: str | None) -> dict[str, Any]:
         "required": ["language", "script"],
         "additionalProperties": False,
     }
+
+
+def _guide(wrappers: str) -> types.Tool:
+    return types.Tool(
+        name=GUIDE,
+        description=(
+            "The tools a result_handler script may call, as the typed Python wrappers it sees (calling this tool "
+            "returns them too):\n" + wrappers
+        ),
+        input_schema={"type": "object", "properties": {}},
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    )
 
 
 _HANDLED_OUTPUT = {
@@ -117,23 +139,51 @@ class ResultHandlers:
         chaining: bool = True,
         max_running: int = MAX_RUNNING,
         wait_seconds: float = WAIT_SECONDS,
+        upstreams: Upstreams | None = None,
     ) -> None:
         if max_running < 1 or wait_seconds < 0:
             raise ValueError("result handlers need max_running >= 1 and wait_seconds >= 0")
         self.engine = engine
         self.limits = limits or Limits()
         self.chaining = chaining
+        self.upstreams = upstreams if chaining else None  # their tools: `upstream.SERVER.NAME(...)`
+        self.wrappers = ""  # the typed wrappers as last listed (the guide tool's text)
+        self._upstream_tools: dict[str, tuple[dict[str, Any], str]] | None = None  # "SERVER:NAME" -> schema, text
         self.max_running = max_running
         self.wait_seconds = wait_seconds
         self._places: anyio.Semaphore | None = None  # made in the server's event loop, on the first call
 
-    def listed(self, listed: types.ListToolsResult) -> types.ListToolsResult:
+    async def upstream_tools(self) -> dict[str, tuple[dict[str, Any], str]]:
+        """The upstream servers' tools, "SERVER:NAME" -> (input schema, description), listed once (a server that
+        cannot be listed now is left out, and asked again next time)."""
+        if self.upstreams is None:
+            return {}
+        if self._upstream_tools is None:
+            found: dict[str, tuple[dict[str, Any], str]] = {}
+            complete = True
+            for server in sorted(self.upstreams.declared):
+                try:
+                    listed = await self.upstreams.tools(server)
+                except Exception:  # down for now: its wrappers come once it answers
+                    complete = False
+                    continue
+                found |= {f"{server}:{t.name}": (dict(t.input_schema), t.description or "") for t in listed}
+            if not complete:
+                return found
+            self._upstream_tools = found
+        return self._upstream_tools
+
+    def listed(
+        self, listed: types.ListToolsResult, upstream: dict[str, tuple[dict[str, Any], str]] | None = None
+    ) -> types.ListToolsResult:
         """`listed` with the `result_handler` parameter on every tool (and output schemas that admit what a
-        handled call returns)."""
+        handled call returns), and the guide tool holding the typed wrappers, once."""
         schemas = {tool.name: dict(tool.input_schema) for tool in listed.tools}
-        wrappers = (
-            render_wrappers(schemas, {t.name: t.description or "" for t in listed.tools}) if self.chaining else None
-        )
+        if self.chaining:
+            described = {t.name: t.description or "" for t in listed.tools}
+            every = {**schemas, **{name: schema for name, (schema, _) in (upstream or {}).items()}}
+            described |= {name: text for name, (_, text) in (upstream or {}).items()}
+            self.wrappers = render_wrappers(every, described)
         tools = []
         for tool in listed.tools:
             schema = dict(tool.input_schema)
@@ -141,11 +191,13 @@ class ResultHandlers:
             if PARAMETER in properties:
                 tools.append(tool)  # the tool has a parameter of that name: it keeps it, without handlers
                 continue
-            properties[PARAMETER] = _parameter(wrappers)
+            properties[PARAMETER] = _parameter(self.chaining)
             update: dict[str, Any] = {"input_schema": {**schema, "properties": properties}}
             if tool.output_schema is not None:
                 update["output_schema"] = _output_schema(dict(tool.output_schema))
             tools.append(tool.model_copy(update=update))
+        if self.chaining and GUIDE not in schemas:
+            tools.append(_guide(self.wrappers))
         return listed.model_copy(update={"tools": tools})
 
     async def call(
@@ -158,6 +210,8 @@ class ResultHandlers:
         """The call with its handler: `run(ctx, params)` is the server's own `tools/call`; `schemas` the
         input schemas of the tools a handler may call."""
         arguments = dict(params.arguments or {})
+        if params.name == GUIDE and self.chaining and GUIDE not in schemas:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=self.wrappers)])
         if PARAMETER not in arguments or PARAMETER in (schemas.get(params.name, {}).get("properties") or {}):
             return await run(ctx, params)
         raw = arguments.pop(PARAMETER)
@@ -201,17 +255,29 @@ class ResultHandlers:
             return result  # a round that asks for more input, or a failed tool: the handler waits, or has nothing
         calls = None
         if self.chaining:
+            upstream = await self.upstream_tools()
 
             async def chained(name: str, args: dict[str, Any]) -> Any:
-                inner = await run(ctx, types.CallToolRequestParams(name=name, arguments=args))
+                if ":" in name:  # a tool of an upstream server
+                    server, tool = name.split(":", 1)
+                    shown = f"upstream.{server}.{tool}"
+                    assert self.upstreams is not None
+                    try:
+                        inner = await self.upstreams.call(server, tool, args, None, None)
+                    except Exception as error:
+                        raise HandlerError(f"{shown} failed upstream: {type(error).__name__}: {error}") from None
+                else:
+                    shown = f"tools.{name}"
+                    inner = await run(ctx, types.CallToolRequestParams(name=name, arguments=args))
                 if not isinstance(inner, types.CallToolResult):
-                    raise HandlerError(f"tools.{name}: the tool asks for input, which a handler cannot give")
+                    raise HandlerError(f"{shown}: the tool asks for input, which a handler cannot give")
                 if inner.is_error:
                     text = " ".join(b.text for b in inner.content if isinstance(b, types.TextContent))
-                    raise HandlerError(f"tools.{name} failed: {text}")
+                    raise HandlerError(f"{shown} failed: {text}")
                 return tool_output(inner)
 
-            calls = ChainedCalls(dict(schemas), chained, self.limits.tool_calls)
+            reachable = {**schemas, **{name: schema for name, (schema, _) in upstream.items()}}
+            calls = ChainedCalls(reachable, chained, self.limits.tool_calls)
         attributes = {"branchc.engine": self.engine.name, "branchc.tool": params.name}
         with tracing.span("branchc.result_handler", **attributes, branchc__script_bytes=len(handler.source)) as current:
             try:
@@ -220,7 +286,7 @@ class ResultHandlers:
                     tool_output(result),
                     arguments,
                     limits=self.limits,
-                    tools=dict(schemas) if calls is not None else None,
+                    tools=dict(calls.tools) if calls is not None else None,
                     call=calls,
                 )
             except HandlerError as error:
@@ -250,14 +316,22 @@ def add_result_handlers(
     chaining: bool = True,
     max_running: int = MAX_RUNNING,
     wait_seconds: float = WAIT_SECONDS,
+    upstreams: Upstreams | None = None,
 ) -> ResultHandlers:
     """Give every tool of `server` (an `MCPServer` or a lowlevel `Server`) the optional `result_handler`
     parameter, run in `engine`, at most `max_running` calls with a handler at once (a further one waits up to
     `wait_seconds` for a place, then is a tool error). Call it after the server's tools are in place (and after
     `mount`)."""
     lowlevel = lowlevel_server(server, "add_result_handlers() wraps")
+    if upstreams is None:  # a branchc server's own upstream servers
+        upstreams = getattr(getattr(server, "bridge", None), "upstreams", None)
     handlers = ResultHandlers(
-        engine, limits=limits, chaining=chaining, max_running=max_running, wait_seconds=wait_seconds
+        engine,
+        limits=limits,
+        chaining=chaining,
+        max_running=max_running,
+        wait_seconds=wait_seconds,
+        upstreams=upstreams,
     )
     own_list = lowlevel.get_request_handler("tools/list")
     own_call = lowlevel.get_request_handler("tools/call")
@@ -268,12 +342,13 @@ def add_result_handlers(
     async def list_tools(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None):
         listed = await own_list.handler(ctx, params)
         schemas.update({tool.name: dict(tool.input_schema) for tool in listed.tools})
-        return handlers.listed(listed)
+        return handlers.listed(listed, await handlers.upstream_tools() if handlers.chaining else None)
 
     async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams):
         if not schemas:  # a client may call without listing first
             listed = await own_list.handler(ctx, None)
             schemas.update({tool.name: dict(tool.input_schema) for tool in listed.tools})
+            handlers.listed(listed, await handlers.upstream_tools() if handlers.chaining else None)
         return await handlers.call(ctx, params, own_call.handler, schemas)
 
     lowlevel.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
@@ -285,7 +360,7 @@ def add_result_handlers(
             schema = own_schema(name)
             if schema is None or PARAMETER in (schema.get("properties") or {}):
                 return schema
-            return {**schema, "properties": {**(schema.get("properties") or {}), PARAMETER: _parameter(None)}}
+            return {**schema, "properties": {**(schema.get("properties") or {}), PARAMETER: _parameter(False)}}
 
         lowlevel.get_tool_input_schema = input_schema
     server.result_handlers = handlers
