@@ -411,7 +411,7 @@ async def test_a_handler_calls_upstream_tools_through_their_wrappers(repo, engin
     upstreams = Upstreams([f"up=stdio:{sys.executable} -m branchc serve {UPSTREAM}"])
     try:
         server = plain_server(repo)
-        add_result_handlers(server, chosen, upstreams=upstreams)
+        add_result_handlers(server, chosen, upstreams=upstreams)  # given: handlers may call them
         script = [
             "found = upstream.up.lookup(q='lisbon')",
             "[found['found'], tools.count_lines(text='a\\nb')['lines']]",

@@ -671,11 +671,15 @@ class DurableRounds:
             record.run_id, record.version, status="running", saved=record.saved, meta=meta, expires=expires
         )
 
-    async def _put_back(self, record: RunRecord, claimed: RunRecord) -> None:
+    async def _put_back(self, record: RunRecord, claimed: RunRecord, calls: dict[str, Any] | None = None) -> None:
         """A claimed round that did not run (refused, or interrupted before its outcome was written): the run
-        waits for it again, as it was."""
+        waits for it again, as it was, but for what its tool calls did (`calls`, kept so that the round sent again
+        makes none of them twice)."""
+        meta = record.meta
+        if calls:
+            meta = dataclasses.replace(meta, extra={**meta.extra, "calls": calls})
         with anyio.CancelScope(shield=True):
-            back = {"status": "waiting", "meta": record.meta, "expires": record.expires}
+            back = {"status": "waiting", "meta": meta, "expires": record.expires}
             try:
                 await self._io(self.store.checkpoint, record.run_id, claimed.version, **back)
             except StoreUnavailableError:
@@ -851,8 +855,8 @@ class DurableRounds:
             finished = machine.done
         finally:
             claimed = progress.claimed
-            if not saved and not finished and not deferred:
-                await self._put_back(record, claimed)  # interrupted before its outcome was written
+            if not saved and not finished and not deferred:  # interrupted before its outcome was written
+                await self._put_back(record, claimed, progress.calls)
         if saved:
             return outcome
         status = "failed" if outcome.is_error else "done"
@@ -954,6 +958,6 @@ def _outcome_of(entry: dict[str, Any], key: str) -> tuple[str, Any]:
     if "error" in entry:
         return "error", _CALL_ERRORS.get(entry.get("kind"), ToolCallError)(entry["error"])
     return "error", ToolCallInterruptedError(
-        f"tool call {key!r} was under way when the server running this round stopped; whether it took effect is "
-        f"unknown, so it is not made again"
+        f"tool call {key.rsplit('.', 1)[0]!r} was under way when the server running this round stopped; whether it "
+        f"took effect is unknown, so it is not made again"
     )

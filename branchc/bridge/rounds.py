@@ -344,34 +344,43 @@ class CallProgress(Protocol):
 async def make_calls(bridge: Any, machine: Machine, progress: CallProgress | None = None) -> None:
     """Make the run's ready tool calls, at once: a tool of this server runs its phases here (its client phase as
     a sub-run of the run), an upstream one goes to its server (upstream.py); each outcome is applied in the order
-    the calls were made, then fed. With `progress`, each call is written down as started before it goes out and
-    its outcome as it comes back; an outcome written down already is used as it is, and a call started and never
-    come back (the round's server died) is a ToolCallInterruptedError at its yield."""
+    the calls were made, then fed. With `progress`, each step of a call (its before(), its after(), each answer
+    sent upstream) is written down as started before it goes out and with its outcome as it comes back; an
+    outcome written down already is used as it is, and a step started and never come back (the round's server
+    died) is a ToolCallInterruptedError at its yield."""
     caller = ToolCaller(bridge.tools, UpstreamCalls(getattr(bridge, "upstreams", None)), bridge.limits)
     entries = machine.ready_calls()
+    steps = {entry.key: f"{entry.key}.{entry.call.step + 1}" for entry in entries}  # the step each one makes now
     outcomes: dict[str, Any] = {}
     if progress is not None:
         for entry in entries:
-            known = progress.known(entry.key)
+            known = progress.known(steps[entry.key])
             if known is not None and known[0] == "handoff":  # its before() ran: its client phase starts from there
                 known = caller.client_outcome(entry, known[1])
             if known is not None:
                 outcomes[entry.key] = known
     todo = [entry for entry in entries if entry.key not in outcomes]
+    failures: list[BaseException] = []
 
     async def make(entry: Any) -> None:
-        outcome = await caller.make(entry)
-        if progress is not None:
-            await progress.came_back(entry.key, outcome)
+        try:
+            outcome = await caller.make(entry)
+            if progress is not None:
+                await progress.came_back(steps[entry.key], outcome)
+        except Exception as error:  # raised once every call is back (a task group would wrap it in a group)
+            failures.append(error)
+            return
         outcomes[entry.key] = outcome
 
-    for entry in todo:
+    for entry in entries:
         machine.start_call(entry.key)
     if progress is not None and todo:
-        await progress.started([entry.key for entry in todo])
+        await progress.started([steps[entry.key] for entry in todo])
     async with anyio.create_task_group() as group:
         for entry in todo:
             group.start_soon(make, entry)
+    if failures:
+        raise failures[0]
     for entry in entries:
         apply(machine, entry.key, outcomes[entry.key])
     machine.settle_calls()

@@ -293,9 +293,9 @@ async def resume_run(
     tool = _taken(record, tools, force, "resume", "only a waiting run can be resumed")
     build = _finishes_on(record)
     if build is None:
-        return await _resume(store, record, client, tool, on_event)
+        return await _resume(store, record, client, tool, on_event, tools)
     with build.reading():  # it finishes on the build that saved it, kept beside these tools (runtime/builds.py)
-        return await _resume(store, record, client, build.tools[record.tool], on_event)
+        return await _resume(store, record, client, build.tools[record.tool], on_event, build.tools)
 
 
 def _finishes_on(record: RunRecord) -> KeptBuild | None:
@@ -310,7 +310,12 @@ def _finishes_on(record: RunRecord) -> KeptBuild | None:
 
 
 async def _resume(
-    store: RunStore, record: RunRecord, client: Client, tool: Tool, on_event: Callable[[Event], None] | None
+    store: RunStore,
+    record: RunRecord,
+    client: Client,
+    tool: Tool,
+    on_event: Callable[[Event], None] | None,
+    tools: Mapping[str, Tool],
 ) -> Resumed:
     run = record.run_id
     held = HeldRun(store, tool, record.meta.era, record=record)
@@ -322,7 +327,7 @@ async def _resume(
             f"look at it again with `branchc runs show {run}`"
         ) from None
     try:
-        value = await resume_tool(tool, record.saved, client, on_event=on_event, checkpoint=held)
+        value = await resume_tool(tool, record.saved, client, on_event=on_event, checkpoint=held, tools=tools)
     except RunTakenOverError as error:
         raise RunsError(str(error)) from None
     except (MissingCapabilityError, RunStateError) as error:

@@ -70,7 +70,8 @@ def serve(path: str | Path, settings: ServeSettings) -> None:
             tracing.waiting_runs(WaitingCount(store))  # read from the store at each scrape (waiting.py)
         if settings.result_handlers:
             engine = _handler_engine(settings)
-            add_result_handlers(server, engine, chaining=not settings.no_chaining)
+            upstreams = server.bridge.upstreams if settings.handler_upstreams else None
+            add_result_handlers(server, engine, chaining=not settings.no_chaining, upstreams=upstreams)
     except BaseException:
         _close(store, executor)
         raise

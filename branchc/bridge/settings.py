@@ -146,6 +146,9 @@ class ServeSettings(BaseSettings):
     result_handlers: bool = False
     """Give every tool an optional result_handler parameter: a Python script run on the tool's output in a
     sandbox, whose value is returned instead of the output."""
+    handler_upstreams: bool = False
+    """With --result-handlers and --upstream: handlers may also call the upstream servers' tools
+    (upstream.SERVER.NAME), which clients cannot call otherwise."""
     no_chaining: bool = False
     """With --result-handlers: a handler may not call other tools (no tools.NAME, no upstream.SERVER.NAME), and
     tools/list holds no wrappers for it."""
@@ -303,7 +306,7 @@ _GROUPS = {
     "Who answers": "sampling provider_url provider_model provider_key guided guided_ttl guided_max_runs "
     "guided_max_mb answer_timeout",
     "HTTP limits": "max_message_mb session_timeout request_timeout max_connections",
-    "Where work runs": "executor upstream result_handlers no_chaining handler_engine unsafe_handlers",
+    "Where work runs": "executor upstream result_handlers no_chaining handler_upstreams handler_engine unsafe_handlers",
     "Operating": "otel trace_content trace_principal metrics log_format drain_timeout console",
 }
 #: The help panel of each flag of `branchc serve` (the rest go under "Options").

@@ -19,7 +19,6 @@ forms in MCP's flat shape.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shlex
 import threading
@@ -43,6 +42,9 @@ from ..runtime.toolcalls import ToolResult
 __all__ = ["Upstream", "UpstreamCalls", "UpstreamError", "Upstreams", "parse_upstream"]
 
 USAGE = "NAME=stdio:COMMAND ARGS... or NAME=http://HOST:PORT/PATH"
+#: what a stdio upstream is not given of this server's environment: its secrets (who holds the state key can
+#: seal runs, and so is this server as far as its runs can tell)
+_SECRETS = frozenset({"BRANCHC_STATE_KEY", "BRANCHC_PROVIDER_KEY"})
 
 
 class UpstreamError(BranchcError, ValueError):
@@ -62,7 +64,8 @@ class Upstream:
 
     def target(self) -> StdioServerParameters | str:
         if self.command:
-            return StdioServerParameters(command=self.command[0], args=list(self.command[1:]), env=dict(os.environ))
+            env = {name: value for name, value in os.environ.items() if name not in _SECRETS}
+            return StdioServerParameters(command=self.command[0], args=list(self.command[1:]), env=env)
         assert self.url is not None
         return self.url
 
@@ -90,7 +93,9 @@ def parse_upstream(text: str) -> Upstream:
 
 
 class _Session:
-    """One upstream's session of the SDK's client, in an event loop of its own (a thread), opened on demand."""
+    """One upstream's session of the SDK's client, in an event loop of its own (a thread), opened on demand. A
+    session that broke (its connection closed, its process died) is closed, and the next call opens another; a
+    call that failed for any other reason (the tool refused it, its answer did not fit) leaves it open."""
 
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
@@ -121,34 +126,21 @@ class _Session:
                 except BaseException:
                     self._close_locked()
                     raise
-            assert self._portal is not None
+            assert self._portal is not None and self._client is not None
             return self._portal, self._client
 
-    def call(self, name: str, arguments: dict[str, Any], state: str | None, responses: dict[str, Any] | None) -> Any:
-        """tools/call on the upstream, on a worker thread; a failure breaks the session (the next call opens one)."""
+    def start(self, fn: Any) -> tuple[Any, Client]:
+        """`fn(client)` started in the session's loop: (its future, the client it runs on); on a worker thread."""
         portal, client = self._open()
-        try:
-            return portal.call(
-                functools.partial(
-                    client.session.call_tool,
-                    name,
-                    arguments,
-                    input_responses=responses,
-                    request_state=state,
-                    allow_input_required=True,
-                )
-            )
-        except BaseException:
-            self.close()
-            raise
+        return portal.start_task_soon(fn, client), client
 
-    def tools(self) -> list[types.Tool]:
-        portal, client = self._open()
-        try:
-            return list(portal.call(client.session.list_tools).tools)
-        except BaseException:
-            self.close()
-            raise
+    def broke(self, client: Client, error: BaseException) -> None:
+        """A call on `client` failed with `error`: a broken connection closes the session (only that one)."""
+        if not _broken(error):
+            return
+        with self._lock:
+            if self._client is client:
+                self._close_locked()
 
     def close(self) -> None:
         with self._lock:
@@ -163,6 +155,18 @@ class _Session:
         with contextlib.suppress(BaseException):
             if portal_cm is not None:
                 portal_cm.__exit__(None, None, None)
+
+
+def _broken(error: BaseException) -> bool:
+    """Whether `error` says the session's connection is gone (not that one call failed)."""
+    from mcp.shared.exceptions import MCPError
+
+    if isinstance(error, MCPError):
+        return (
+            getattr(getattr(error, "error", None), "code", None) == types.CONNECTION_CLOSED
+            or "closed" in str(error).lower()
+        )
+    return isinstance(error, (OSError, EOFError, anyio.ClosedResourceError, anyio.BrokenResourceError, TimeoutError))
 
 
 async def _not_mid_call(ctx: Any, params: Any) -> types.ErrorData:
@@ -192,11 +196,30 @@ class Upstreams:
     async def call(
         self, server: str, name: str, arguments: dict[str, Any], state: str | None, responses: dict[str, Any] | None
     ) -> types.CallToolResult | types.InputRequiredResult:
-        session = self._sessions[server]
-        return await anyio.to_thread.run_sync(session.call, name, arguments, state, responses, abandon_on_cancel=True)
+        async def call(client: Client) -> Any:
+            return await client.session.call_tool(
+                name, arguments, input_responses=responses, request_state=state, allow_input_required=True
+            )
+
+        return await self._run(server, call)
 
     async def tools(self, server: str) -> list[types.Tool]:
-        return await anyio.to_thread.run_sync(self._sessions[server].tools, abandon_on_cancel=True)
+        async def listed(client: Client) -> Any:
+            return list((await client.session.list_tools()).tools)
+
+        return await self._run(server, listed)
+
+    async def _run(self, server: str, fn: Any) -> Any:
+        """`fn(client)` in the upstream's session. Cancelled (the call's time is up, the round was cancelled), it is
+        cancelled there too, so the SDK cancels the request upstream and no thread is left waiting on it."""
+        session = self._sessions[server]
+        future, client = await anyio.to_thread.run_sync(session.start, fn, abandon_on_cancel=True)
+        try:
+            return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+        except BaseException as error:
+            future.cancel()
+            session.broke(client, error)
+            raise
 
     def close(self) -> None:
         _close_all(self._sessions.values())

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from .errors import (
     BranchcError,
     ClientAnswerError,
+    InputClosedError,
     ToolCallError,
     ToolCallInterruptedError,
     ToolNotAllowedError,
@@ -61,6 +62,8 @@ class ToolCaller:
                 if call.server is None and self.tools is not None and call.name in self.tools:
                     return await self._here(self.tools[call.name], entry)
                 return await self._elsewhere(entry)
+            except InputClosedError:
+                raise  # the client went away: not the call's failure, the run's end
             except BranchcError as error:
                 return "error", error
             except Exception as error:  # the client or server upstream failed: the call was not made (or is lost)

@@ -137,7 +137,7 @@ async def resume_tool(
     run = _Run(tool, client, machine.call_id, machine.limits, on_event)
     run.checkpoint = checkpoint
     run.executor = executor
-    run.caller = ToolCaller(tools, client, None)
+    run.caller = ToolCaller(tools, client, machine.limits)
     interrupt_started(machine)
     return await run.finish(handoff, machine)
 
@@ -286,7 +286,8 @@ class _Run:
                     # hold every message of the history once more when the run is next saved (runstate._history)
                     pending = request = None
                     key, how, value = await receive.receive()
-                    del asked[key]
+                    if asked.pop(key, None) is None or (key not in machine.requests and key not in machine.calls):
+                        continue  # dropped (a sibling failed) after its answer was on its way: nothing wants it
                     if how == "call":
                         if not apply(machine, key, value):
                             continue  # a tool of this side runs its client phase now, or waits on its questions
@@ -313,7 +314,7 @@ class _Run:
                     elif how == "error":
                         machine.fail(key, value)
                     elif how == "closed":  # the client can answer no more: cancel the run, its finally blocks run
-                        what = _asked(machine.requests[key])
+                        what = _asked(machine.requests[key]) if key in machine.requests else f"tool call {key!r}"
                         unsaved = InputClosedError(f"input ended while answering {what}; the run was cancelled")
                         with anyio.CancelScope(shield=True):
                             machine.halt_after(unsaved)
@@ -380,7 +381,11 @@ class _Run:
     async def _call(self, entry: Any, dropped: anyio.CancelScope, send: Any) -> None:
         """Make one tool call's next step; `dropped` is cancelled when the machine no longer needs it."""
         with dropped:
-            await send.send((entry.key, "call", await self.caller.make(entry)))
+            try:
+                outcome: Any = ("call", await self.caller.make(entry))
+            except InputClosedError as error:  # the client went away while the call was made: the run ends
+                outcome = ("closed", error)
+            await send.send((entry.key, *outcome))
 
     async def _send_cleanup(self, machine: Machine) -> None:
         """A halted run's last logs and notes: given CLEANUP_SEND_TIMEOUT seconds in all (not each: a client

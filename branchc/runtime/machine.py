@@ -57,17 +57,22 @@ from .errors import (
     ToolCallLimitError,
     ToolDepthError,
     ToolNotAllowedError,
+    ToolTimeoutError,
     format_validation_errors,
 )
 from .jsondata import check_json_data
 from .limits import Limits, estimate_tokens
-from .messages import AssistantToolCallMessage, Message, SampleResult
+from .messages import AssistantToolCallMessage, Message, SampleResult, ToolResultMessage
 from .returns import frame_of, returned_from
 from .toolcalls import ToolCallState, ToolResult, tool_call_id
 
 __all__ = ["CLEANUP_EFFECTS", "EFFECTS", "Call", "Machine", "Request"]
 
 EFFECTS = (Sample, Elicit, Log, Notify, Branch, All, CallTool)
+#: Tool calls a run makes at most, and how deep tools call tools, where its limits say nothing: work per run
+#: stays bounded, and a tool that calls itself stops long before halting it could exhaust the stack.
+MAX_TOOL_CALLS = 100
+MAX_TOOL_DEPTH = 8
 #: Effects a halted branch may still perform (in its finally blocks).
 CLEANUP_EFFECTS = (Log, Notify)
 
@@ -538,6 +543,14 @@ class Machine:
         return child.id
 
     def _call_tool(self, effect: CallTool, where: Where, branch: BranchState) -> str:
+        try:
+            return self._made_call(effect, where, branch)
+        except Exception as error:
+            if effect.tool_call_id is not None:  # refused before it was made: the model's tool_use is answered
+                branch.messages.append(_failed_result(effect.tool_call_id, error))
+            raise
+
+    def _made_call(self, effect: CallTool, where: Where, branch: BranchState) -> str:
         shown = effect.name if effect.server is None else f"{effect.server}:{effect.name}"
         if not _allowed(branch.tools, effect.server, effect.name):
             raise ToolNotAllowedError(
@@ -545,16 +558,18 @@ class Machine:
                 f"(ctx.branch(..., tools=[...]))"
             )
         limits = self.limits
-        if limits.max_tool_calls is not None and self.tool_calls >= limits.max_tool_calls:
+        most = limits.max_tool_calls if limits.max_tool_calls is not None else MAX_TOOL_CALLS
+        if self.tool_calls >= most:
             raise ToolCallLimitError(
                 f"{branch.name}: ctx.call_tool({shown!r}) would be tool call {self.tool_calls + 1} of a run that may "
-                f"make {limits.max_tool_calls} (Limits.max_tool_calls)"
+                f"make {most} (Limits.max_tool_calls)"
             )
         depth = self._tool_depth(branch.id) + 1
-        if limits.max_tool_depth is not None and depth > limits.max_tool_depth:
+        deepest = limits.max_tool_depth if limits.max_tool_depth is not None else MAX_TOOL_DEPTH
+        if depth > deepest:
             raise ToolDepthError(
                 f"{branch.name}: ctx.call_tool({shown!r}) would run {depth} tools deep, past max_tool_depth "
-                f"{limits.max_tool_depth} (a tool that calls itself through others stops here)"
+                f"{deepest} (a tool that calls itself through others stops here)"
             )
         self.tool_calls += 1
         number = self.tool_calls
@@ -601,8 +616,11 @@ class Machine:
         return [c for c in self.calls.values() if c.call.phase in ("call", "after") and c.call.outcome is None]
 
     def start_call(self, key: str) -> None:
-        """A driver begins call `key` (to be saved before it goes out: a run restored mid-call is told so)."""
-        self.calls[key].call.started = True
+        """A driver begins the next step of call `key` (to be saved before it goes out: a run restored mid-call is
+        told so)."""
+        call = self.calls[key].call
+        call.started = True
+        call.step += 1
 
     def record_call(self, key: str, ok: bool, value: Any) -> None:
         """Call `key` came back: a ToolResult (`ok`), or the error to raise at its yield. Kept until
@@ -615,13 +633,17 @@ class Machine:
     def settle_calls(self) -> None:
         """Feed every tool call that came back to the branch that made it; its result joins the branch's history."""
         for key in [key for key, c in self.calls.items() if c.call.outcome is not None]:
-            entry = self.calls.pop(key)
+            entry = self.calls.pop(key, None)
+            if entry is None:
+                continue  # dropped by a sibling's failure settled just before
             ok, value = entry.call.outcome
+            asker = self.branches.get(entry.branch)
             if ok:
-                asker = self.branches.get(entry.branch)
                 if asker is not None:
                     asker.state.messages.extend([*entry.call.history(), entry.call.answered(value)])
                 self.emit("tool_result", asker.state if asker else None, key=key, is_error=value.is_error)
+            elif entry.call.answers and asker is not None:  # the model's tool_use gets its result all the same
+                asker.state.messages.append(_failed_result(entry.call.id, value))
             self._deliver(entry.where, ok, value)
 
     def finish_call(self, key: str, ok: bool, value: Any) -> None:
@@ -729,10 +751,14 @@ class Machine:
         self._deliver(request.where, False, error)
 
     def expire(self, key: str) -> None:
-        """Request `key` outlived its branch's deadline."""
+        """Request `key` outlived its deadline: its branch's, or for a tool call's question, the call's."""
         request = self.requests.pop(key)
         branch = self.branches[request.branch].state
         branch.tokens.charge(-request.reserved)
+        if request.where[0] == "c":
+            error = ToolTimeoutError(f"the tool call {request.where[1]!r} ran past its deadline, waiting for {key}")
+            self._deliver(request.where, False, error)
+            return
         self._deliver(request.where, False, self._timeout(branch))
 
     def _sample_answer(self, request: Request, answer: Any, branch: BranchState) -> SampleResult:
@@ -890,6 +916,11 @@ class Machine:
             f"{self.tool}: {branch.name} yielded a {kind} at {place}, which is not an "
             f"effect; yield what ctx makes (ctx.sample, ctx.elicit, ctx.log, ctx.notify, ctx.branch, ctx.all)"
         )
+
+
+def _failed_result(tool_call_id: str, error: BaseException) -> ToolResultMessage:
+    """The tool result a model's tool_use gets when its call failed: what went wrong."""
+    return ToolResultMessage(tool_call_id=tool_call_id, content=f"error: {type(error).__name__}: {error}")
 
 
 def _allowed(tools: tuple[str, ...] | None, server: str | None, name: str) -> bool:

@@ -354,7 +354,7 @@ def _call_problem(state: ToolCallState) -> tuple[str, str] | None:
     kinds: dict[str, tuple[type, ...]] = {
         "name": (str,), "arguments": (dict,), "server": (str, NONE), "id": (str,), "answers": (bool,),
         "deadline": (float, int, NONE), "started": (bool,), "upstream_state": (str, NONE), "asked": (dict,),
-        "replies": (dict,),
+        "replies": (dict,), "step": (int,),
     }  # fmt: skip
     for name, allowed in kinds.items():
         if type(getattr(state, name, None)) not in allowed:

@@ -92,6 +92,7 @@ class ToolCallState:
     deadline: float | None = None  # wall-clock time past which it times out (Limits.tool_timeout)
     phase: Literal["call", "running", "after", "asking"] = "call"
     started: bool = False
+    step: int = 0  # how many times a driver began a step of it (its before(), after(), each answer upstream)
     outcome: Any = None  # (True, ToolResult) or (False, an error to raise), once it came back
     handoff: Any = None  # a tool of this server: what its before() handed on
     result: Any = None  # ...and what its client phase returned, for its after()

@@ -107,7 +107,8 @@ def _hint(schema: dict[str, Any]) -> str:
 
 
 def _line(text: Any) -> str:
-    return " ".join(str(text or "").split()).replace('"""', "'''")
+    """Text for a docstring of the wrappers: one line, no backslash escapes, no closing quotes."""
+    return " ".join(str(text or "").split()).replace("\\", "\\\\").replace('"""', "'''")
 
 
 def render_wrappers(tools: dict[str, dict[str, Any]], descriptions: dict[str, str] | None = None) -> str:

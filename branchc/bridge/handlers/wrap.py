@@ -11,6 +11,7 @@ result the call finally gives, as the client sends the same arguments every roun
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -36,6 +37,8 @@ NOTE_KEY = "branchc/result_handler"
 #: process with its memory limit). A further call waits for a place up to WAIT_SECONDS, then is a tool error.
 MAX_RUNNING = 4
 WAIT_SECONDS = 10.0
+#: Seconds an upstream server has to list its tools for the wrappers; one that does not is left out for now.
+LIST_SECONDS = 5.0
 
 
 class ResultHandler(BaseModel):
@@ -162,9 +165,10 @@ class ResultHandlers:
             found: dict[str, tuple[dict[str, Any], str]] = {}
             complete = True
             for server in sorted(self.upstreams.declared):
-                try:
+                listed = None
+                with anyio.move_on_after(LIST_SECONDS), contextlib.suppress(Exception):
                     listed = await self.upstreams.tools(server)
-                except Exception:  # down for now: its wrappers come once it answers
+                if listed is None:  # down or slow for now: its wrappers come once it answers
                     complete = False
                     continue
                 found |= {f"{server}:{t.name}": (dict(t.input_schema), t.description or "") for t in listed}
@@ -320,11 +324,10 @@ def add_result_handlers(
 ) -> ResultHandlers:
     """Give every tool of `server` (an `MCPServer` or a lowlevel `Server`) the optional `result_handler`
     parameter, run in `engine`, at most `max_running` calls with a handler at once (a further one waits up to
-    `wait_seconds` for a place, then is a tool error). Call it after the server's tools are in place (and after
-    `mount`)."""
+    `wait_seconds` for a place, then is a tool error). `upstreams`: upstream servers whose tools handlers may call
+    too (`upstream.SERVER.NAME`); none unless given, as they are not the server's own tools. Call it after the
+    server's tools are in place (and after `mount`)."""
     lowlevel = lowlevel_server(server, "add_result_handlers() wraps")
-    if upstreams is None:  # a branchc server's own upstream servers
-        upstreams = getattr(getattr(server, "bridge", None), "upstreams", None)
     handlers = ResultHandlers(
         engine,
         limits=limits,
