@@ -16,6 +16,7 @@ its bytes (what the seal is checked on, before anything is decoded) and matching
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -57,7 +58,9 @@ from .sealed import (
     stale_or_older,
 )
 
-__all__ = ["KEPT", "NAMES", "SQLStore"]
+__all__ = ["KEPT", "NAMES", "SQL_NAME", "SQLStore"]
+
+SQL_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # a name SQL takes unquoted, as written (a PostgreSQL schema's)
 
 NAMES = ("fmt", "tool", "status", "owner", "version", "created", "updated", "expires", "size", "key", "head", "body")
 COLUMNS = ", ".join(("run_id", *NAMES))
