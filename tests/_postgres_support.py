@@ -192,8 +192,19 @@ def url_of(store: Any) -> str:
     return f"{store.url.replace(f'{ROLE}@', f'{ROLE}:{PASSWORD}@', 1)}?schema={store.schema}"
 
 
+_raw: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
 def raw(store: Any):
-    """A connection of the store's role to its database and schema, below the store's API (autocommit)."""
+    """A connection of the store's role to its database and schema, below the store's API (autocommit): one
+    per schema, kept open for the next edit (a new one when its server went away meanwhile)."""
     import psycopg
 
-    return psycopg.connect(url_of(store).partition("?")[0], autocommit=True, options=f"-c search_path={store.schema}")
+    url = url_of(store)
+    conn = _raw.get(url)
+    if conn is None or conn.closed or conn.broken:
+        conn = _raw[url] = psycopg.connect(
+            url.partition("?")[0], autocommit=True, options=f"-c search_path={store.schema}"
+        )
+    yield conn
