@@ -576,7 +576,7 @@ def test_postgres_killed_mid_use_is_a_clear_error_without_its_password_and_works
         ):
             with pytest.raises(StoreUnavailableError, match=re.escape(f"PostgreSQL store at {store.url} cannot be")):
                 call()
-        assert time.monotonic() - started < 10  # fails within its timeout, not after long retries
+        assert time.monotonic() - started < 2  # at once: a lost connection makes the next call connect itself
         server.start()  # crash recovery from its WAL: what was committed is there
         assert store.load(record.run_id) == moved  # the same store: its pool reconnects by itself
         assert store.checkpoint(record.run_id, 2, status="waiting").version == 3
@@ -606,6 +606,61 @@ def test_postgres_that_cannot_be_reached_or_refuses_the_role_is_a_clear_error_at
     with pytest.raises(StoreUnavailableError, match='password authentication failed for user "branchc"') as two:
         open_store(wrong, KEYS)
     assert "not-the-password" not in str(two.value)
+
+
+@needs_postgres
+def test_postgres_holds_at_most_its_pool_of_connections_and_says_so_when_all_stay_busy(postgres_server):
+    name = f"pool{time.monotonic_ns()}"
+    store = open_store(f"{postgres_server.url}?schema={name}&pool=2&timeout=5&application_name={name}", KEYS)
+    record = store.create(RunRecord.new("t", "[]", ttl=60))
+    seen: list[int] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def count() -> None:
+        with raw(store) as conn:
+            while not done.is_set():
+                (found,) = conn.execute("SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = %s", (name,))
+                seen.append(found[0])
+
+    def work(tag: int) -> None:
+        try:
+            for n in range(15):
+                while True:
+                    current = store.load(record.run_id)
+                    try:
+                        store.checkpoint(
+                            record.run_id, current.version, saved=json.dumps([*json.loads(current.saved), n])
+                        )
+                        break
+                    except StaleRunError:
+                        continue
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    threads = [threading.Thread(target=work, args=(tag,)) for tag in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    counter.join()
+    assert not errors and store.load(record.run_id).version == 91
+    assert seen and max(seen) <= 2, max(seen)  # six threads, two connections
+    store.close()
+    store = open_store(f"{postgres_server.url}?schema={name}&pool=2&timeout=0.5", KEYS)
+    with store._use("holding one"), store._use("holding the other"):
+        started = time.monotonic()
+        with pytest.raises(
+            StoreUnavailableError,
+            match=r"no free connection for 0\.5 s while loading run .*: all 2 of this process's connections stayed",
+        ):
+            store.load(record.run_id)
+        assert time.monotonic() - started >= 0.5
+    assert store.load(record.run_id).version == 91
+    store.close()
 
 
 @needs_postgres

@@ -11,7 +11,8 @@ A write that waits for a row's lock longer than the timeout gives up (lock_timeo
 The schema is made on open (idempotent, under an advisory lock, so replicas starting at once make it once)
 and its version checked. A server that is down, restarting or unreachable is a StoreUnavailableError naming
 the store's URL without its password; the pool reconnects by itself, checking a connection that sat idle
-before it is used. It needs psycopg and psycopg-pool (`pip install 'branchc[postgres]'`): without them,
+before it is used, and until it has, a call connects by itself (so it fails at once while the server is away,
+and works at once when it is back). It needs psycopg and psycopg-pool (`pip install 'branchc[postgres]'`): without them,
 importing this module is a MissingExtraError saying so.
 """
 
@@ -93,6 +94,7 @@ ALTER TABLE {s}.segments ALTER COLUMN sealed SET STORAGE EXTERNAL;
 """
 TABLES = ("branchc_schema", "runs", "history", "segments")
 CHECK_IDLE = 1.0  # seconds a pooled connection may sit idle before it is checked (one round trip) on its next use
+RECONNECT = 10.0  # seconds the pool retries (backing off) to replace a lost connection before it starts anew
 IDLE_IN_TRANSACTION = 60_000  # ms: a session that holds a run's row locked and sits idle (a stopped client) ends
 
 
@@ -183,10 +185,18 @@ class PostgresStore(SQLStore):
         given["tcp_user_timeout"] = math.ceil(self.timeout * 1000)  # a host gone silent fails a call, not hangs it
         self._conninfo = make_conninfo(**given)
         self._closed = False
-        self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
-        with self._direct("opening it") as conn:  # the reason at once when it cannot connect, not a pool's wait
+        self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+        self._lent = 0  # the pool's connections in use
+        self._own = threading.BoundedSemaphore(pool)  # connections made here, beside the pool's (see _take)
+        self._down = False  # a connection was lost: the next call connects itself rather than wait on the pool
+        conn = self._connect("opening it")  # the reason at once when it cannot connect, not a pool's wait
+        try:
             self._setup(conn)
+        except psycopg.Error as error:
+            raise self._failure(error, "opening it") from None
+        finally:
+            conn.close()
         self._pool = ConnectionPool(
             self._conninfo,
             kwargs={"autocommit": True},
@@ -194,59 +204,96 @@ class PostgresStore(SQLStore):
             max_size=pool,
             open=False,
             timeout=self.timeout,
-            configure=self._stamp,
-            reset=self._stamp,
-            check=self._check,
+            configure=self._idle,
             name=f"branchc {self.url} {schema}",
             num_workers=2,
+            reconnect_timeout=RECONNECT,
         )
         self._pool.open(wait=False)
 
     # connections
 
-    @contextlib.contextmanager
-    def _direct(self, doing: str) -> Iterator[psycopg.Connection]:
-        """A connection of its own, outside the pool (opening the store, and saying why the pool cannot)."""
+    def _connect(self, doing: str) -> psycopg.Connection:
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True)
+            return psycopg.connect(self._conninfo, autocommit=True)
         except psycopg.Error as error:
             raise self._failure(error, doing) from None
-        try:
-            yield conn
-        except psycopg.Error as error:
-            raise self._failure(error, doing) from None
-        finally:
-            conn.close()
 
-    def _stamp(self, conn: psycopg.Connection) -> None:
+    def _idle(self, conn: psycopg.Connection) -> None:
         with self._lock:
             self._idle_since[conn] = time.monotonic()
 
-    def _check(self, conn: psycopg.Connection) -> None:
-        """A connection that sat idle is checked before it is given out: a server restarted meanwhile closed it."""
+    def _alive(self, conn: psycopg.Connection) -> bool:
+        """Whether a pooled connection may be used: one that sat idle is checked first (a round trip), since a
+        server restarted meanwhile closed it."""
         with self._lock:
             since = self._idle_since.get(conn, 0.0)
-        if time.monotonic() - since > CHECK_IDLE:
-            ConnectionPool.check_connection(conn)
+        if time.monotonic() - since <= CHECK_IDLE:
+            return not conn.closed
+        try:
+            conn.execute("")
+        except psycopg.Error:
+            conn.close()
+            return False
+        return True
+
+    def _take(self, doing: str) -> tuple[psycopg.Connection, bool]:
+        """A connection for one operation, and whether it is the pool's. The pool reconnects in the background
+        and backs off while the server is away; so after a connection was lost (or the pool had none to give
+        in time though it is not all in use), a call makes one of its own: it fails at once with the reason
+        while the server is away, and works at once when it is back, until the pool has reconnected."""
+        wait = 0.05 if self._down else self.timeout
+        for _ in range(self.pool_size + 1):  # idle ones a restart closed are let go, each at once
+            try:
+                conn = self._pool.getconn(timeout=wait)
+            except PoolTimeout:
+                break
+            except PoolClosed:
+                raise StoreUnavailableError(f"the PostgreSQL store {self.url} was closed") from None
+            if self._alive(conn):
+                with self._lock:
+                    self._lent += 1
+                self._down = False
+                return conn, True
+            self._pool.putconn(conn)  # closed: the pool makes another
+        with self._lock:
+            exhausted = self._lent >= self.pool_size
+        if exhausted or not self._own.acquire(timeout=self.timeout):
+            raise StoreUnavailableError(
+                f"the PostgreSQL store at {self.url} had no free connection for {self.timeout:g} s while {doing}: "
+                f"all {self.pool_size} of this process's connections stayed busy; nothing was written. Retry, or "
+                f"allow more (?pool=N) or a longer wait (?timeout=SECONDS)"
+            )
+        try:
+            conn = self._connect(doing)
+        except BaseException:
+            self._own.release()
+            self._down = True
+            raise
+        return conn, False
 
     @contextlib.contextmanager
     def _use(self, doing: str) -> Iterator[_Connection]:
         if self._closed:
             raise StoreUnavailableError(f"the PostgreSQL store {self.url} was closed")
+        conn, pooled = self._take(doing)
         try:
-            raw = self._pool.getconn()
-        except PoolTimeout:
-            raise self._unreachable(doing) from None
-        except PoolClosed:
-            raise StoreUnavailableError(f"the PostgreSQL store {self.url} was closed") from None
-        try:
-            yield _Connection(raw)
+            yield _Connection(conn)
         except self.DUPLICATE:
             raise
         except psycopg.Error as error:
+            if conn.broken or conn.closed:
+                self._down = True  # the server went away (or this connection did): see _take
             raise self._failure(error, doing) from None
         finally:
-            self._pool.putconn(raw)
+            if pooled:
+                self._idle(conn)
+                with self._lock:
+                    self._lent -= 1
+                self._pool.putconn(conn)
+            else:
+                conn.close()
+                self._own.release()
 
     @staticmethod
     @contextlib.contextmanager
@@ -309,19 +356,6 @@ class PostgresStore(SQLStore):
                 f"the PostgreSQL store {self.url} (schema {s!r}) has schema version {version!r}, and this branchc "
                 f"knows version {SCHEMA_VERSION}; use the branchc that wrote it, or another schema (?schema=NAME)"
             )
-
-    def _unreachable(self, doing: str) -> StoreUnavailableError:
-        """The pool had no connection to give within the timeout: why, from a connection tried here."""
-        try:
-            with self._direct(doing):
-                pass
-        except StoreUnavailableError as error:
-            return error
-        return StoreUnavailableError(
-            f"the PostgreSQL store at {self.url} had no free connection for {self.timeout:g} s while {doing}: all "
-            f"{self.pool_size} of this process's connections stayed busy; nothing was written. Retry, or allow "
-            f"more (?pool=N) or a longer wait (?timeout=SECONDS)"
-        )
 
     def _failure(self, error: psycopg.Error, doing: str) -> Exception:
         text = " ".join(str(error).split()) or type(error).__name__
