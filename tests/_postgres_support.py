@@ -97,6 +97,25 @@ def _template_folder() -> Path:
     return _template
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(stat).read_text().rpartition(")")[2].split()
+            if int(fields[1]) == pid:  # after the command's ")": state, ppid, ...
+                found.append(int(Path(stat).parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie does not: it only waits to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 class PostgresServer:
     """`postgres` on a free loopback port and a socket in its folder; fsync off (a killed server loses
     nothing all the same: what it committed is in the OS's page cache), started and stopped by the test."""
@@ -166,11 +185,17 @@ class PostgresServer:
         self.process = None
 
     def kill(self) -> None:
-        """SIGKILL to the server and every backend of it (its process group), as a crash would."""
+        """SIGKILL to the server and to every process of it (each backend is a session of its own), as a
+        crash would; it returns once they are all gone."""
         if self.process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            children = _children(self.process.pid)
+            for pid in [self.process.pid, *children]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.process.wait()
+            deadline = time.monotonic() + 10
+            while any(_running(pid) for pid in children) and time.monotonic() < deadline:
+                time.sleep(0.01)
         self.process = None
 
     def remove(self) -> None:

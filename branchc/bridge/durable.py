@@ -827,7 +827,7 @@ class DurableRounds:
         finally:
             if not saved and not finished and not deferred:
                 await self._put_back(record, claimed)  # interrupted before its outcome was written
-        if saved:
+        if saved or deferred:  # a deferred outcome lands as it is (write_later), not overwritten as a failure
             return outcome
         status = "failed" if outcome.is_error else "done"
         meta = dataclasses.replace(
