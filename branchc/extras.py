@@ -23,18 +23,22 @@ __all__ = ["EXTRAS", "MissingExtraError", "missing_extra"]
 #: extra -> (feature, the package on the package index, the module it installs)
 EXTRAS: dict[str, tuple[str, str, str]] = {
     "redis": ("the Redis store", "redis", "redis"),
-    "postgres": ("the PostgreSQL store", "psycopg", "psycopg"),  # and psycopg-pool (named when it is the one missing)
+    "postgres": ("the PostgreSQL store", "psycopg", "psycopg"),  # and psycopg-pool (postgres.py names it)
     "handlers": ("the Monty result-handler engine", "pydantic-monty", "pydantic_monty"),
     "dask": ("the dask executor", "distributed", "distributed"),
     "otel": ("exporting traces", "opentelemetry-sdk", "opentelemetry.sdk"),
 }
 
 
-def missing_extra(extra: str, error: ImportError) -> MissingExtraError:
+def missing_extra(
+    extra: str, error: ImportError, *, package: str | None = None, module: str | None = None
+) -> MissingExtraError:
     """The error to raise, `from None`, when an import for `extra`'s feature failed with `error`. A package
     that is not installed gives the plain message; one that is installed but does not import (a broken
-    install, a missing dependency of its own) gives the message with the reason."""
-    feature, package, module = EXTRAS[extra]
+    install, a missing dependency of its own) gives the message with the reason. `package` and `module`:
+    another package the extra brings than the one EXTRAS names (PostgreSQL's pool beside psycopg)."""
+    feature, named, installs = EXTRAS[extra]
+    package, module = package or named, module or installs
     missing = getattr(error, "name", None)
     absent = isinstance(error, ModuleNotFoundError) and (
         missing is None or missing == module or missing.startswith(f"{module}.") or module.startswith(f"{missing}.")

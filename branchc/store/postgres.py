@@ -35,9 +35,12 @@ try:
     from psycopg import errors
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg.pq import TransactionStatus
-    from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 except ImportError as error:
     raise missing_extra("postgres", error) from None
+try:
+    from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+except ImportError as error:
+    raise missing_extra("postgres", error, package="psycopg-pool", module="psycopg_pool") from None
 
 from .base import RunNotFoundError, RunRecord, StoreDataError, StoreUnavailableError
 from .history import Appended, Checkpoint, retention
