@@ -117,14 +117,16 @@ def _running(pid: int) -> bool:
 
 
 class PostgresServer:
-    """`postgres` on a free loopback port and a socket in its folder; fsync off (a killed server loses
-    nothing all the same: what it committed is in the OS's page cache), started and stopped by the test."""
+    """`postgres` on a free loopback port and a socket in its folder, started and stopped by the test; fsync
+    off unless `durable` (a killed server loses nothing all the same: what it committed is in the OS's page
+    cache; only a machine that stops would)."""
 
-    def __init__(self, port: int | None = None, *, data: Path | None = None) -> None:
+    def __init__(self, port: int | None = None, *, data: Path | None = None, durable: bool = False) -> None:
         assert BIN is not None, SKIP_REASON
         self.port = port or free_port()
         self.data = data  # the template's, when made from it
         self.folder: Path | None = None if data is None else data.parent
+        self.durable = durable  # PostgreSQL's own settings: each commit's WAL written to disk (fsync), as run
         self.process: subprocess.Popen | None = None
 
     @property
@@ -139,8 +141,9 @@ class PostgresServer:
         assert self.folder is not None
         log = self.folder / "postgres.log"
         args = [str(BIN / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.folder)]
-        args += ["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"]
-        args += ["-c", "max_connections=300", "-c", "logging_collector=off"]
+        args += ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "logging_collector=off"]
+        if not self.durable:
+            args += ["-c", "fsync=off", "-c", "full_page_writes=off"]
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **_as_owner()
