@@ -145,7 +145,8 @@ class SQLStore:
                     conn.execute(f"INSERT INTO runs ({COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
                     appended = None
                     if history and record.status == "waiting" and self.history_kept != 0:
-                        appended = self._append(conn, record, {"forked_from": forked_from}, now, None)
+                        notes = {"forked_from": forked_from}
+                        appended = self._append(conn, record, notes, now, None, fresh=True)
             except self.DUPLICATE:
                 raise RunExistsError(f"the store already holds a run {record.run_id!r}") from None
         self._heads.put(made)
@@ -201,14 +202,15 @@ class SQLStore:
     # history (history.py)
 
     def _append(
-        self, conn: Any, record: RunRecord, notes: dict[str, Any], now: float, on: bytes | None
+        self, conn: Any, record: RunRecord, notes: dict[str, Any], now: float, on: bytes | None, *, fresh: bool = False
     ) -> tuple[int, frozenset[str]]:
         """Entry K of the run's history, with the segments it adds; then only the last `history_kept` kept.
         What this store appended last need not be read again when the write is made on the head it wrote
-        then (Appended). The new K and the segments the run holds."""
+        then (Appended), nor anything for a run just created (`fresh`: its row is new, and a row of its id
+        that gave way took its history with it). The new K and the segments the run holds."""
         run_id = record.run_id
         wanted = list(dict.fromkeys(parts_of(record.saved)[1]))
-        known = self._appended.on(run_id, on)
+        known = (None, frozenset()) if fresh else self._appended.on(run_id, on)
         if known is not None:
             last, refs = known
         else:
