@@ -112,11 +112,12 @@ def postgres_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def replica(store: str, cache: Path, log: Path) -> Iterator[tuple[subprocess.Popen, str]]:
-    """`branchc serve TOOL --http 127.0.0.1:PORT --store STORE --state-key KEY`; yields (process, its URL)."""
+def replica(store: str, cache: Path, log: Path, calls: int) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`branchc serve TOOL --http 127.0.0.1:PORT --store STORE --state-key KEY`, the one (unauthenticated)
+    caller allowed `calls` runs waiting at once (100 by default); yields (process, its URL)."""
     port = free_port()
     command = [sys.executable, "-m", "branchc", "serve", str(TOOL_FILE), "--http", f"127.0.0.1:{port}"]
-    command += ["--store", store, "--state-key", KEY]
+    command += ["--store", store, "--state-key", KEY, "--principal-max-runs", str(calls + 10)]
     env = {**os.environ, "BRANCHC_CACHE": str(cache), "BRANCHC_STATE_DIR": str(cache.parent / "state")}
     with log.open("ab") as errors:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
@@ -281,8 +282,8 @@ def bench(store_kind: str, folder: Path, calls: int, rounds: int) -> bool:
         else:
             store = stack.enter_context(redis_server(folder)) + f"?prefix=bench{time.monotonic_ns()}:"
         log = folder / f"servers-{store_kind}.log"
-        first, url_a = stack.enter_context(replica(store, cache, log))
-        second, url_b = stack.enter_context(replica(store, cache, log))
+        first, url_a = stack.enter_context(replica(store, cache, log, calls))
+        second, url_b = stack.enter_context(replica(store, cache, log, calls))
         try:
             outcome = anyio.run(load, [url_a, url_b], [first.pid, second.pid], calls, rounds)
         except BaseException:
