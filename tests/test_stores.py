@@ -490,6 +490,16 @@ def test_redis_expires_keys_itself_and_prefixes_keep_stores_apart(redis_server):
     two.close()
 
 
+def each_kind_of_call(store, record: RunRecord) -> list:
+    """A load, a checkpoint (of `record` at version 2), a create and a count (the caps): what a server asks."""
+    return [
+        lambda: store.load(record.run_id),
+        lambda: store.checkpoint(record.run_id, 2, status="waiting"),
+        lambda: store.create(RunRecord.new("t", "x", ttl=60)),
+        store.usage,
+    ]
+
+
 @needs_redis
 def test_redis_stopped_mid_use_is_a_clear_error_and_works_again_after_a_restart(tmp_path):
     server = RedisServer(tmp_path / "redis", durable=True).start()
@@ -499,12 +509,7 @@ def test_redis_stopped_mid_use_is_a_clear_error_and_works_again_after_a_restart(
         moved = store.checkpoint(record.run_id, 1, status="running")
         server.stop()
         started = time.monotonic()
-        for call in (
-            lambda: store.load(record.run_id),
-            lambda: store.checkpoint(record.run_id, 2, status="waiting"),
-            lambda: store.create(RunRecord.new("t", "x", ttl=60)),
-            store.usage,
-        ):
+        for call in each_kind_of_call(store, record):
             with pytest.raises(StoreUnavailableError, match=r"Redis store at 127.0.0.1:\d+/0 cannot be reached"):
                 call()
         assert time.monotonic() - started < 10  # fails fast, not after long retries
@@ -572,12 +577,7 @@ def test_postgres_killed_mid_use_is_a_clear_error_without_its_password_and_works
         assert store.load(record.run_id) == moved
         server.kill()  # SIGKILL: the server and its backends
         started = time.monotonic()
-        for call in (
-            lambda: store.load(record.run_id),
-            lambda: store.checkpoint(record.run_id, 2, status="waiting"),
-            lambda: store.create(RunRecord.new("t", "x", ttl=60)),
-            store.usage,
-        ):
+        for call in each_kind_of_call(store, record):
             with pytest.raises(StoreUnavailableError, match=re.escape(f"PostgreSQL store at {store.url} cannot be")):
                 call()
         assert time.monotonic() - started < 1.5  # at once: a lost connection makes the next call connect itself
