@@ -39,7 +39,7 @@ from branchc.store import (
     open_store,
 )
 from branchc.store.base import ENDING_GRACE
-from branchc.store.postgres import CHECK_IDLE, PostgresStore
+from branchc.store.postgres import CHECK_IDLE, PostgresStore, public_url
 from branchc.store.redis import RedisStore
 from branchc.store.sqlite import SQLiteStore
 
@@ -599,6 +599,27 @@ def test_postgres_killed_mid_use_is_a_clear_error_without_its_password_and_works
 
 
 @needs_postgres
+def test_postgres_stopped_while_the_store_is_idle_is_a_clear_error_at_once():
+    """Its pooled connections, checked before use, are found closed: the call does not wait the timeout out
+    for the pool to make new ones."""
+    server = PostgresServer().start()
+    try:
+        store = open_store(f"{server.url}?schema=idle&timeout=5", KEYS)
+        record = store.create(RunRecord.new("t", "x", ttl=60))
+        server.stop()
+        time.sleep(CHECK_IDLE + 0.1)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match="Connection refused"):
+            store.load(record.run_id)
+        assert time.monotonic() - started < 2
+        server.start()
+        assert store.load(record.run_id) == record
+        store.close()
+    finally:
+        server.remove()
+
+
+@needs_postgres
 def test_postgres_that_cannot_be_reached_or_refuses_the_role_is_a_clear_error_at_open(postgres_server):
     nobody = postgres_server.url.replace(f":{postgres_server.port}/", f":{free_port()}/")
     with pytest.raises(
@@ -702,6 +723,25 @@ def test_postgres_takes_ids_its_text_cannot_hold_for_no_run(postgres_server):
 
 
 # URLs
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s%40cret@db:5432/runs", "postgresql://app@db:5432/runs"),
+        (
+            "postgres://app:pw@h1:5432,h2:5433/runs?sslmode=require",
+            "postgres://app@h1:5432,h2:5433/runs?sslmode=require",
+        ),
+        (
+            "postgresql:///runs?host=/run/postgresql&password=pw&sslpassword=k",
+            "postgresql:///runs?host=/run/postgresql",
+        ),
+        ("postgresql://app@db/runs", "postgresql://app@db/runs"),
+    ],
+)
+def test_a_postgresql_store_shows_its_url_without_its_password(url, shown):
+    assert public_url(url) == shown
 
 
 @needs_postgres

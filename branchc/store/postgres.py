@@ -139,11 +139,12 @@ def _storable(text: Any) -> bool:
 
 
 def public_url(url: str) -> str:
-    """`url` without its password (the query, for libpq's own options, is kept)."""
+    """`url` without its password (libpq's other options, in its query, are kept)."""
     parts = urlsplit(url)
     userinfo, at, hosts = parts.netloc.rpartition("@")
     netloc = f"{userinfo.partition(':')[0]}@{hosts}" if at else hosts
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{parts.query}" if parts.query else "")
+    query = "&".join(o for o in parts.query.split("&") if o and o.partition("=")[0] not in ("password", "sslpassword"))
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 class PostgresStore(SQLStore):
@@ -259,6 +260,7 @@ class PostgresStore(SQLStore):
                 self._down = False
                 return conn, True
             self._pool.putconn(conn)  # closed: the pool makes another
+            wait = 0.05  # the server restarted, or is away: not a wait for the pool's reconnection
         with self._lock:
             exhausted = self._lent >= self.pool_size
         if exhausted or not self._own.acquire(timeout=self.timeout):
@@ -331,9 +333,7 @@ class PostgresStore(SQLStore):
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"branchc schema {s}",))
             found = {
                 name
-                for (name,) in conn.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (s,)
-                )
+                for (name,) in conn.execute("SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = %s", (s,))
             }
             version = None
             if "branchc_schema" in found:
