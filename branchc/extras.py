@@ -30,15 +30,12 @@ EXTRAS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def missing_extra(
-    extra: str, error: ImportError, *, package: str | None = None, module: str | None = None
-) -> MissingExtraError:
+def missing_extra(extra: str, error: ImportError, *, part: tuple[str, str, str] | None = None) -> MissingExtraError:
     """The error to raise, `from None`, when an import for `extra`'s feature failed with `error`. A package
     that is not installed gives the plain message; one that is installed but does not import (a broken
-    install, a missing dependency of its own) gives the message with the reason. `package` and `module`:
-    another package the extra brings than the one EXTRAS names (PostgreSQL's pool beside psycopg)."""
-    feature, named, installs = EXTRAS[extra]
-    package, module = package or named, module or installs
+    install, a missing dependency of its own) gives the message with the reason. `part`: (feature, package,
+    module) of a part of the extra that needs a package of its own (`--metrics`: the Prometheus exporter)."""
+    feature, package, module = part or EXTRAS[extra]
     missing = getattr(error, "name", None)
     absent = isinstance(error, ModuleNotFoundError) and (
         missing is None or missing == module or missing.startswith(f"{module}.") or module.startswith(f"{missing}.")

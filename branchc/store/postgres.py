@@ -40,7 +40,7 @@ except ImportError as error:
 try:
     from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 except ImportError as error:
-    raise missing_extra("postgres", error, package="psycopg-pool", module="psycopg_pool") from None
+    raise missing_extra("postgres", error, part=("the PostgreSQL store", "psycopg-pool", "psycopg_pool")) from None
 
 from .base import RunNotFoundError, RunRecord, StoreDataError, StoreUnavailableError
 from .history import Appended, Checkpoint, retention
