@@ -41,7 +41,7 @@ def _bin_folder() -> Path | None:
 
 
 BIN = _bin_folder()
-SKIP_REASON = not_installed("PostgreSQL's initdb and postgres", "postgresql")
+SKIP_REASON = not_installed("PostgreSQL (initdb, postgres)", "postgresql")
 needs_postgres = pytest.mark.skipif(BIN is None, reason=SKIP_REASON)  # a mark: the test skips without them
 
 ROLE, PASSWORD, DATABASE = "branchc", "branchc-test-password", "branchc"
