@@ -315,7 +315,7 @@ class PostgresStore(SQLStore):
 
     @staticmethod
     def _bytes(column: str) -> str:
-        return f"convert_to({column}, 'UTF8')"
+        return f"pg_catalog.convert_to({column}, 'UTF8')"  # (a function of the schema's cannot stand in)
 
     @staticmethod
     def _among(column: str) -> str:
@@ -330,7 +330,7 @@ class PostgresStore(SQLStore):
         their version checked."""
         s = self.schema
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"branchc schema {s}",))
+            conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))", (f"branchc schema {s}",))
             found = {
                 name
                 for (name,) in conn.execute("SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = %s", (s,))
