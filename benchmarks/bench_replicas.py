@@ -1,7 +1,8 @@
 """Replicas under load: many concurrent multi-round calls over HTTP, every run moving between two servers.
 
 Two real `branchc serve TOOL --http` subprocesses on loopback ports share one store (an SQLite file, then
-a redis-server this script starts on a free loopback port) and one `--state-key`, so either replica can
+a redis-server this script starts on a free loopback port, then a PostgreSQL it starts from Debian's
+binaries with its own durable settings, tests/_postgres_support.py) and one `--state-key`, so either replica can
 continue a run the other started. The tool (tests/servers/replica_tools.py) asks `--rounds` questions,
 samples and forms in turn, each naming the call; it returns the answers in order and the pid of the server
 that took each one. The real `mcp` client, in the 2026-07-28 era, drives `--calls` calls at once, each by
@@ -13,7 +14,7 @@ Reported per store: per-round latency (p50 / p99, in ms; round 0 starts the run,
 question k - 1), wall time, calls and rounds per second, and each server's resident memory (VmRSS)
 before the load (after one warm-up call) and after it.
 
-    python benchmarks/bench_replicas.py                 # the full run: 200 calls x 10 rounds, SQLite and Redis
+    python benchmarks/bench_replicas.py                 # the full run: 200 calls x 10 rounds, each store
     python benchmarks/bench_replicas.py --quick         # a smoke run: 20 calls
     python benchmarks/bench_replicas.py --store sqlite --calls 50 --rounds 4
 
@@ -28,6 +29,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -95,11 +97,27 @@ def redis_server(folder: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def replica(store: str, cache: Path, log: Path) -> Iterator[tuple[subprocess.Popen, str]]:
-    """`branchc serve TOOL --http 127.0.0.1:PORT --store STORE --state-key KEY`; yields (process, its URL)."""
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL on a free loopback port, in a temporary folder, fsync per commit (its own settings); its URL."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from _postgres_support import BIN, SKIP_REASON, PostgresServer
+
+    if BIN is None:
+        raise SystemExit(f"{SKIP_REASON}; use --store sqlite")
+    server = PostgresServer(durable=True).start()
+    try:
+        yield server.url
+    finally:
+        server.remove()
+
+
+@contextlib.contextmanager
+def replica(store: str, cache: Path, log: Path, calls: int) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`branchc serve TOOL --http 127.0.0.1:PORT --store STORE --state-key KEY`, the one (unauthenticated)
+    caller allowed `calls` runs waiting at once (100 by default); yields (process, its URL)."""
     port = free_port()
     command = [sys.executable, "-m", "branchc", "serve", str(TOOL_FILE), "--http", f"127.0.0.1:{port}"]
-    command += ["--store", store, "--state-key", KEY]
+    command += ["--store", store, "--state-key", KEY, "--principal-max-runs", str(calls + 10)]
     env = {**os.environ, "BRANCHC_CACHE": str(cache), "BRANCHC_STATE_DIR": str(cache.parent / "state")}
     with log.open("ab") as errors:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
@@ -259,17 +277,20 @@ def bench(store_kind: str, folder: Path, calls: int, rounds: int) -> bool:
     with contextlib.ExitStack() as stack:
         if store_kind == "sqlite":
             store = f"sqlite:///{folder / 'runs.db'}"
+        elif store_kind == "postgresql":
+            store = stack.enter_context(postgres_server()) + f"?schema=bench{time.monotonic_ns()}"
         else:
             store = stack.enter_context(redis_server(folder)) + f"?prefix=bench{time.monotonic_ns()}:"
         log = folder / f"servers-{store_kind}.log"
-        first, url_a = stack.enter_context(replica(store, cache, log))
-        second, url_b = stack.enter_context(replica(store, cache, log))
+        first, url_a = stack.enter_context(replica(store, cache, log, calls))
+        second, url_b = stack.enter_context(replica(store, cache, log, calls))
         try:
             outcome = anyio.run(load, [url_a, url_b], [first.pid, second.pid], calls, rounds)
         except BaseException:
             print(f"the load failed; the servers' log:\n{log.read_text(errors='replace')[-5000:]}", file=sys.stderr)
             raise
-        passed = report(f"{store_kind} ({store.split('?')[0]})", calls, rounds, outcome)
+        shown = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1@", store.split("?")[0])  # without a password
+        passed = report(f"{store_kind} ({shown})", calls, rounds, outcome)
     if log.exists() and "Traceback" in log.read_text(errors="replace"):
         print(f"   the servers logged tracebacks:\n{log.read_text(errors='replace')[-3000:]}")
         passed = False
@@ -280,11 +301,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="concurrent calls (default 200)")
     parser.add_argument("--rounds", type=int, default=10, help="questions per call (default 10)")
-    parser.add_argument("--store", choices=("sqlite", "redis", "both"), default="both")
+    parser.add_argument("--store", choices=("sqlite", "redis", "postgresql", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 20 calls")
     args = parser.parse_args()
     calls = 20 if args.quick else args.calls
-    kinds = ("sqlite", "redis") if args.store == "both" else (args.store,)
+    kinds = ("sqlite", "redis", "postgresql") if args.store == "all" else (args.store,)
     passed = True
     for kind in kinds:
         with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:

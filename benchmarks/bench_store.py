@@ -18,8 +18,12 @@ times, so drift in the machine's speed hits both alike:
 Each worker also measures two baselines, so every cost is given against them as well: a plain dict
 write (no store at all) and the same bytes written to a file and renamed into place with os.replace (no
 fsync, like SQLite's synchronous=normal). Redis is a redis-server this script starts on a free loopback
-port (or --redis-url). Figures: the median of the --repeat measurements [min-max]; the sealing overhead
-is sealed / before of each back-to-back pair of measurements (median [min-max]).
+port (or --redis-url), without persistence. PostgreSQL is a server this script starts from Debian's
+binaries (tests/_postgres_support.py: initdb in a temporary folder, a free loopback port) with its own
+durable settings, each commit's WAL fsynced as SQLite's synchronous=full does (or --postgres-url); the
+stores of a commit before it have none, and measure it not. Figures: the median of the --repeat
+measurements [min-max]; the sealing overhead is sealed / before of each back-to-back pair of measurements
+(median [min-max]).
 
     python benchmarks/bench_store.py [--count 300] [--repeat 5] [--before REV] [--no-before] [--full]
 """
@@ -27,9 +31,11 @@ is sealed / before of each back-to-back pair of measurements (median [min-max]).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -157,6 +163,18 @@ class StoreOps:
         self.store.delete(self.run_id)
 
 
+def postgres_stores(args: argparse.Namespace, size: int, given: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(name, store, its replica) on the PostgreSQL of --postgres-url, in a schema of this worker's; none when
+    this branchc has no PostgreSQL store."""
+    try:
+        from branchc.store.postgres import PostgresStore
+    except ImportError:
+        return []
+    schema = re.sub(r"[^a-z0-9_]", "_", f"{args.prefix}{size}".lower())
+    store = PostgresStore(args.postgres_url, schema=schema, **given)
+    return [("postgresql (loopback)", store, PostgresStore(args.postgres_url, schema=schema, **given))]
+
+
 def worker(args: argparse.Namespace) -> None:
     """Set up every store and baseline with this process's branchc, say so (a JSON line), then measure what
     each line of stdin names (["SIZE", "NAME"]): seconds per operation, a JSON line, until stdin ends."""
@@ -195,8 +213,13 @@ def worker(args: argparse.Namespace) -> None:
             ]
             if args.redis_url:
                 pairs.append(("redis (loopback)", RedisStore(args.redis_url, prefix=f"{args.prefix}{size}:", **given)))
+            replicas = {}
+            if args.postgres_url:
+                for name, store, replica in postgres_stores(args, size, given):
+                    pairs.append((name, store))
+                    replicas[name] = replica
             for name, store in pairs:
-                replica = (
+                replica = replicas.get(name) or (
                     RedisStore(args.redis_url, prefix=store.prefix, **given)
                     if name.startswith("redis")
                     else SQLiteStore(store.path, synchronous=store.synchronous, **given)
@@ -253,6 +276,23 @@ def start_redis(folder: Path) -> tuple[subprocess.Popen | None, str | None]:
     return None, None
 
 
+@contextlib.contextmanager
+def postgres_server():
+    """A PostgreSQL of this run's, with its own durable settings (fsync per commit); its URL, or None when
+    Debian's binaries are not here."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from _postgres_support import BIN, PostgresServer
+
+    if BIN is None:
+        yield None
+        return
+    server = PostgresServer(durable=True).start()
+    try:
+        yield server.url
+    finally:
+        server.remove()
+
+
 def unpack_before(rev: str | None, folder: Path) -> tuple[Path, str] | None:
     """The branchc package of commit `rev` of this script's repository, unpacked under `folder` (read from git
     with `git archive`: the repository, its index and its working tree are left as they are); None, saying
@@ -296,6 +336,8 @@ class Worker:
         command += ["--prefix", f"bench-{tag}-{time.monotonic_ns()}:"]
         if args.redis_url:
             command += ["--redis-url", args.redis_url]
+        if args.postgres_url:
+            command += ["--postgres-url", args.postgres_url]
         if args.full:
             command.append("--full")
         env = dict(os.environ)
@@ -343,7 +385,7 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
                 f"{tag}: {spread([run['results'][key][base] * 1e6 for run in runs[tag]], '.2f')} µs" for tag in tags
             )
             print(f"  baseline {base + ':':20} {cells}")
-        names = [name for name in runs[tags[0]][0]["results"][key] if name not in BASELINES]
+        names = [name for name in runs[tags[-1]][0]["results"][key] if name not in BASELINES]
         head = "".join(f"{tag + ' µs [min-max]':>24}{'÷file':>7}{'÷dict':>7}" for tag in tags)
         if paired:
             head += f"{'sealed/before [min-max]':>26}"
@@ -351,19 +393,38 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
         for name in names:
             line = f"  {name:54}"
             for tag in tags:
+                if name not in runs[tag][0]["results"][key]:
+                    line += f"{'-':>24}{'':>14}"
+                    continue
                 micros = [run["results"][key][name] * 1e6 for run in runs[tag]]
                 file, dict_ = (
                     statistics.median(run["results"][key][name] / run["results"][key][base] for run in runs[tag])
                     for base in (BASELINES[1], BASELINES[0])
                 )
                 line += f"{spread(micros, '.0f'):>24}{file:>6.1f}x{dict_:>6.0f}x"
-            if paired:
+            if paired and name in runs["before"][0]["results"][key]:
                 ratios = [
                     after["results"][key][name] / before["results"][key][name]
                     for after, before in zip(runs["sealed"], runs["before"], strict=True)
                 ]
                 line += f"{'x' + spread(ratios, '.2f'):>26}"
             print(line)
+    per_second(runs[tags[-1]])
+
+
+def per_second(runs: list[dict[str, Any]]) -> None:
+    """Each store's checkpoints (same store) and durable rounds per second, of this tree's stores: one over
+    the median seconds of an operation [the slowest measurement's - the fastest's]."""
+    print("\nper second, this tree's stores: median [min-max]")
+    stores = list(dict.fromkeys(name.split(" | ")[0] for name in runs[0]["results"][str(SIZES[0])] if " | " in name))
+    for op in ("checkpoint, same store", "round: load+claim+save"):
+        print(f"  {op}")
+        for store in stores:
+            cells = []
+            for size in SIZES:
+                rates = [1 / run["results"][str(size)][f"{store} | {op}"] for run in runs]
+                cells.append(f"{len(run_text(size).encode()) // 1000} KB: {spread(rates, ',.0f'):>22}/s")
+            print(f"    {store:28}" + "   ".join(cells))
 
 
 def main() -> None:
@@ -374,15 +435,18 @@ def main() -> None:
     parser.add_argument("--no-before", action="store_true", help="measure only this tree's stores")
     parser.add_argument("--full", action="store_true", help="also SQLite with synchronous=full (fsync per write)")
     parser.add_argument("--redis-url", help="an existing Redis (default: start redis-server here)")
+    parser.add_argument("--postgres-url", help="an existing PostgreSQL (default: start one here, from Debian's)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", default="bench:", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
-    with tempfile.TemporaryDirectory(prefix="branchc-bench-store-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="branchc-bench-store-") as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
         proc, args.redis_url = (None, args.redis_url) if args.redis_url else start_redis(folder)
+        if not args.postgres_url:
+            args.postgres_url = stack.enter_context(postgres_server())
         try:
             trees: dict[str, Path | None] = {}
             if not args.no_before and (found := unpack_before(args.before, folder)) is not None:
@@ -405,7 +469,8 @@ def main() -> None:
                         for name in measured:  # each figure measured by both in turn, the first alternating
                             turn += 1
                             for tag in list(trees) if turn % 2 else list(reversed(trees)):
-                                runs[tag][-1]["results"][size][name] = workers[tag].measure(size, name)
+                                if name in workers[tag].ready["names"][size]:  # (no PostgreSQL before it was)
+                                    runs[tag][-1]["results"][size][name] = workers[tag].measure(size, name)
             finally:
                 for each in workers.values():
                     each.close()
@@ -426,6 +491,8 @@ def main() -> None:
             )
             if not args.redis_url:
                 print("\n(redis-server not installed: Redis not measured)")
+            if not args.postgres_url:
+                print("\n(PostgreSQL not installed (Debian: apt-get install postgresql): not measured)")
             print(f"\n({time.perf_counter() - started:.0f} s)")
         finally:
             if proc is not None:

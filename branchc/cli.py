@@ -643,7 +643,8 @@ StoreOption = Annotated[
         "--store",
         envvar="BRANCHC_STORE",
         metavar="URL",
-        help="sqlite:///runs.db or redis://HOST:PORT/0. Default: the store `branchc serve --http` uses, runs.db in "
+        help="sqlite:///runs.db, redis://HOST:PORT/0 or postgresql://USER@HOST:PORT/DB. Default: the store "
+        "`branchc serve --http` uses, runs.db in "
         "$BRANCHC_STATE_DIR (~/.local/state/branchc).",
     ),
 ]

@@ -4,6 +4,7 @@
 more names its extra when the package is missing, as one `MissingExtraError`:
 
     redis     the Redis store (`--store redis://...`, `open_store`)           the redis package
+    postgres  the PostgreSQL store (`--store postgresql://...`)              the psycopg and psycopg-pool packages
     handlers  the Monty result-handler engine (`serve --result-handlers`)     the pydantic-monty package
     dask      the dask executor (`--executor dask://...`, `open_executor`)    the distributed package
     otel      exporting traces and metrics (`serve --otel`, `--metrics`)      the opentelemetry-sdk package, and
@@ -23,6 +24,7 @@ __all__ = ["EXTRAS", "MissingExtraError", "missing_extra"]
 #: extra -> (feature, the package on the package index, the module it installs)
 EXTRAS: dict[str, tuple[str, str, str]] = {
     "redis": ("the Redis store", "redis", "redis"),
+    "postgres": ("the PostgreSQL store", "psycopg", "psycopg"),  # and psycopg-pool (postgres.py names it)
     "handlers": ("the Monty result-handler engine", "pydantic-monty", "pydantic_monty"),
     "dask": ("the dask executor", "distributed", "distributed"),
     "otel": ("exporting traces", "opentelemetry-sdk", "opentelemetry.sdk"),

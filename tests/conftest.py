@@ -32,6 +32,19 @@ def redis_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL of this session's, on a free loopback port (the test skips without one): tests share
+    it, each in a schema of its own (`?schema=`), as Redis's tests each use a key prefix of their own."""
+    from _postgres_support import BIN, SKIP_REASON, PostgresServer
+
+    if BIN is None:
+        pytest.skip(SKIP_REASON)
+    server = PostgresServer().start()
+    yield server
+    server.remove()
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """Async tests (`@pytest.mark.anyio`) run on asyncio."""

@@ -28,6 +28,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, free_port
+from _postgres_support import needs_postgres
 from _redis_support import needs_redis
 from mcp import Client
 
@@ -166,12 +167,16 @@ def test_an_abandoned_guided_run_in_memory_is_ended_once(cache, tmp_path):
     assert "a guided run of tool 'cleanup_flat' expired unanswered; it was ended here" in log.read_text()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("redis", marks=needs_redis)])
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+)
 def test_replicas_sweeping_one_store_end_an_abandoned_run_once(backend, cache, tmp_path, request):
     if backend == "sqlite":
         store = f"sqlite:///{tmp_path / 'runs.db'}"
-    else:
+    elif backend == "redis":
         store = f"{request.getfixturevalue('redis_server').url}?prefix=abandoned{time.monotonic_ns()}:"
+    else:
+        store = f"{request.getfixturevalue('postgres_server').url}?schema=abandoned{time.monotonic_ns()}"
     marker = tmp_path / "marker.txt"
     logs = [tmp_path / f"replica{n}.log" for n in range(3)]
     with contextlib.ExitStack() as stack:

@@ -1,8 +1,9 @@
 """Crash recovery at every suspension point of every example tool (issue 12), in each way a run goes on.
 
 For each example and each of its suspension points k: a run is brought to k on a `branchc serve --http` process
-with a SQLite store, the process is killed with SIGKILL while the run waits there, and a new process (or
-`branchc runs resume`) on the same store continues it:
+with a store (a SQLite file; a real PostgreSQL, tests/_postgres_support.py, killed too), the process is killed
+with SIGKILL while the run waits there, and a new process (or `branchc runs resume`) on the same store
+continues it:
 
 - the 2026-07-28 era: the client sends round k again (its request_state and answers) to the new server;
 - guided mode: the calling model calls branchc_resume with the state_id it was given;
@@ -24,6 +25,7 @@ import signal
 import sqlite3
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import EXAMPLES, KEY, KEYS, TOOLS, free_port, listening, native_run
+from _postgres_support import PostgresServer, needs_postgres
 from mcp import Client
 
 from branchc.bridge.runs import load_tools, resume_run
@@ -202,14 +205,37 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+BACKENDS = ["sqlite", pytest.param("postgres", marks=needs_postgres)]
+
+
+def store_of(backend: str, folder: Path, name: str, request: Any) -> tuple[str, str, Callable[[], None]]:
+    """(the store a way's runs are kept in, the flights database its bookings go to: seats of its own, and what
+    is killed beside the server). PostgreSQL is a server of the way's own, killed with SIGKILL with the
+    server and started again: what it had committed is all there (its WAL), at every suspension point."""
+    flights = str(folder / f"{name}-{backend}-flights.sqlite")
+    if backend == "sqlite":
+        return f"sqlite:///{folder / f'{name}.db'}", flights, lambda: None
+    database = PostgresServer().start()
+    request.addfinalizer(database.remove)
+
+    def crash() -> None:
+        database.kill()
+        database.start()
+
+    return f"{database.url}?schema=crash", flights, crash
+
+
 def points(examples: dict[str, Example]) -> list[tuple[str, int]]:
     """Every (example, suspension point) pair: k counts from 0."""
     return [(name, k) for name, example in sorted(examples.items()) for k in range(len(example.rounds))]
 
 
-async def test_a_retried_2026_round_continues_on_a_new_process_at_every_suspension(examples, folder, env):
-    db = f"sqlite:///{folder / 'modern.db'}"
-    env = {**env, "BRANCHC_FLIGHTS_DB": str(folder / "modern-flights.sqlite")}  # seats of its own
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_retried_2026_round_continues_on_a_new_process_at_every_suspension(
+    examples, folder, env, backend, request
+):
+    db, flights, crash = store_of(backend, folder, "modern", request)
+    env = {**env, "BRANCHC_FLIGHTS_DB": flights}
     booked = bookings(env)
     port = free_port()
     waiting: dict[tuple[str, int], tuple[types.InputRequiredResult, dict]] = {}
@@ -223,6 +249,7 @@ async def test_a_retried_2026_round_continues_on_a_new_process_at_every_suspensi
                 assert example.answers.canon(asks_of(result)) == example.rounds[k]
                 waiting[name, k] = (result, responses_to(result, example.answers))
         kill(process)  # every run waits at its point k; its answers are on their way
+        crash()
     with serve(env, db, port):
         async with Client(f"http://127.0.0.1:{port}/mcp", mode="2026-07-28", **DECLARES) as client:
             for (name, k), (asked, responses) in waiting.items():
@@ -264,9 +291,10 @@ def guide_answers(guide: dict, answers: Answers) -> dict[str, Any]:
     return out
 
 
-async def test_a_guided_run_continues_on_a_new_process_at_every_suspension(examples, folder, env):
-    db = f"sqlite:///{folder / 'guided.db'}"
-    env = {**env, "BRANCHC_FLIGHTS_DB": str(folder / "guided-flights.sqlite")}  # seats of its own
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_guided_run_continues_on_a_new_process_at_every_suspension(examples, folder, env, backend, request):
+    db, flights, crash = store_of(backend, folder, "guided", request)
+    env = {**env, "BRANCHC_FLIGHTS_DB": flights}
     booked = bookings(env)
     port = free_port()
     waiting: dict[tuple[str, int], dict] = {}
@@ -284,6 +312,7 @@ async def test_a_guided_run_continues_on_a_new_process_at_every_suspension(examp
                 assert examples[name].answers.canon(guide_asks(guide)) == examples[name].rounds[k]
                 waiting[name, k] = guide
         kill(process)
+        crash()
     with serve(env, db, port, "--guided"):
         async with Client(f"http://127.0.0.1:{port}/mcp", mode="2026-07-28") as client:
             for (name, k), guide in waiting.items():
@@ -356,9 +385,12 @@ class Answering:
         return None
 
 
-async def test_a_handshake_run_is_resumed_from_the_store_at_every_suspension(examples, folder, env, monkeypatch):
-    db = f"sqlite:///{folder / 'handshake.db'}"
-    env = {**env, "BRANCHC_FLIGHTS_DB": str(folder / "handshake-flights.sqlite")}  # seats of its own
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_handshake_run_is_resumed_from_the_store_at_every_suspension(
+    examples, folder, env, monkeypatch, backend, request
+):
+    db, flights, crash = store_of(backend, folder, "handshake", request)
+    env = {**env, "BRANCHC_FLIGHTS_DB": flights}
     booked = bookings(env)
     port = free_port()
     stopped: dict[tuple[str, int], Stops] = {}
@@ -381,6 +413,7 @@ async def test_a_handshake_run_is_resumed_from_the_store_at_every_suspension(exa
                 for stops in stopped.values():
                     await stops.stopped.wait()
             kill(process)  # every run waits on its client at its point k
+            crash()
             group.cancel_scope.cancel()
     monkeypatch.setenv("BRANCHC_CACHE", env["BRANCHC_CACHE"])
     monkeypatch.setenv("BRANCHC_FLIGHTS_DB", env["BRANCHC_FLIGHTS_DB"])

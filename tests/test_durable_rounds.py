@@ -1,7 +1,8 @@
 """Durable rounds: the 2026-07-28 era and guided mode with a continuation store (bridge/durable.py).
 
 Real parts: the real `mcp` client in the 2026-07-28 era, real SQLite files, a real redis-server
-(tests/_redis_support.py), `branchc serve --http` subprocesses on 127.0.0.1, one killed with SIGKILL.
+(tests/_redis_support.py) and a real PostgreSQL (tests/_postgres_support.py), `branchc serve --http`
+subprocesses on 127.0.0.1, one killed with SIGKILL.
 The tool (tests/servers/durable_tools.py) logs every step, its finally and its after() to a file, so
 each test counts what ran.
 """
@@ -15,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, KEYS, as_if_another_build, free_port, listening, within
+from _postgres_support import needs_postgres
 from _redis_support import RedisServer, needs_redis
 from mcp import Client
 
@@ -336,13 +339,19 @@ async def test_two_http_servers_sharing_one_sqlite_file_continue_each_others_run
     ran_once(log, 5)
 
 
-@needs_redis
-async def test_two_http_servers_sharing_one_redis_continue_each_others_runs(cache, tmp_path):
+@pytest.mark.parametrize(
+    "kind", [pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+)
+async def test_two_http_servers_sharing_one_store_server_continue_each_others_runs(cache, tmp_path, kind, request):
     log = tmp_path / "log.txt"
-    redis = RedisServer(tmp_path / "redis").start()
+    redis = RedisServer(tmp_path / "redis").start() if kind == "redis" else None
+    if redis is not None:
+        url = redis.url
+    else:
+        url = f"{request.getfixturevalue('postgres_server').url}?schema=shared{time.monotonic_ns()}"
     try:
-        one, url_one = http_serve(cache, "--store", redis.url)
-        two, url_two = http_serve(cache, "--store", redis.url)
+        one, url_one = http_serve(cache, "--store", url)
+        two, url_two = http_serve(cache, "--store", url)
         with one, two:
             async with Client(url_one, **MODERN) as a, Client(url_two, **MODERN) as b:
                 first = await call(a.session, args(4, log))
@@ -358,7 +367,8 @@ async def test_two_http_servers_sharing_one_redis_continue_each_others_runs(cach
         assert final(result) == expected(4)
         ran_once(log, 4)
     finally:
-        redis.stop()
+        if redis is not None:
+            redis.stop()
 
 
 async def test_a_server_killed_between_rounds_loses_nothing(cache, db, tmp_path):
@@ -441,7 +451,7 @@ def test_serve_refuses_a_bad_store_url(cache):
             "serve",
             str(TOOL_FILE),
             "--store",
-            "postgres://x/y",
+            "mysql://x/y",
             "--http",
             "127.0.0.1:1",
         ],
@@ -450,7 +460,7 @@ def test_serve_refuses_a_bad_store_url(cache):
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1 and "store URL" in done.stderr and "postgres" in done.stderr, done.stderr
+    assert done.returncode == 1 and "store URL" in done.stderr and "mysql" in done.stderr, done.stderr
 
 
 def test_the_reference_format():

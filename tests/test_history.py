@@ -1,9 +1,10 @@
 """A run's history and forks (store/history.py, bridge/runs.py `describe_history` and `fork_run`, the `runs
 history` and `runs fork` commands).
 
-Real parts: SQLite files and a real redis-server; runs saved by the real run machine of a compiled tool; in the
-end-to-end tests a `branchc serve --http --store` subprocess called by the real `mcp` client in both eras, and
-`branchc runs` as a subprocess. A fork is checked differentially: it ends as a fresh run fed the same answers.
+Real parts: SQLite files, a real redis-server and a real PostgreSQL; runs saved by the real run machine of a
+compiled tool; in the end-to-end tests a `branchc serve --http --store` subprocess called by the real `mcp`
+client in both eras, and `branchc runs` as a subprocess. A fork is checked differentially: it ends as a fresh
+run fed the same answers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, KEYS, free_port, listening
+from _postgres_support import needs_postgres, raw
+from _postgres_support import url_of as postgres_url
 from _redis_support import needs_redis
 from mcp import Client
 
@@ -30,6 +33,7 @@ from branchc.runtime.machine import Machine
 from branchc.runtime.runstate import SEGMENT_MESSAGES, dump_run, load_run
 from branchc.store import RunRecord, StoreDataError, StoreURLError, open_store
 from branchc.store.keys import KeyRing
+from branchc.store.postgres import PostgresStore
 from branchc.store.redis import RedisStore
 from branchc.store.sqlite import SQLiteStore
 
@@ -71,15 +75,31 @@ def chat(tmp_path_factory) -> Any:
         return load_served_tools(folder / "chat_tool.py")["chat"]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+)
 def store(request, tmp_path) -> Any:
     if request.param == "sqlite":
         made = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
-    else:
+    elif request.param == "redis":
         server = request.getfixturevalue("redis_server")
         made = RedisStore(server.url, keys=KEYS, prefix=f"h{time.monotonic_ns()}:")
+    else:
+        server = request.getfixturevalue("postgres_server")
+        made = PostgresStore(server.url, keys=KEYS, schema=f"h{time.monotonic_ns()}")
     yield made
     made.close()
+
+
+def sql(store: Any, query: str, *values: Any) -> list[tuple]:
+    """`query` (with `?` marks) run on an SQL store's own tables, below its API; its rows (none for an edit)."""
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            cursor = conn.execute(query, values)
+            return cursor.fetchall() if cursor.description else [(cursor.rowcount,)]
+    with raw(store) as conn:
+        cursor = conn.execute(query.replace("?", "%s"), values)
+        return cursor.fetchall() if cursor.description else [(cursor.rowcount,)]
 
 
 def started(tool: Any, n: int) -> tuple[dict, Machine]:
@@ -142,11 +162,7 @@ def test_every_wait_is_kept_and_a_fork_at_each_ends_as_a_fresh_run_fed_the_same_
 def test_two_replicas_taking_turns_keep_one_history(store, chat):
     """Each store remembers what it appended last (so its next write need not read it again) only for the
     record it wrote: a write by the other replica in between, or a claim, and it reads the history again."""
-    other = (
-        SQLiteStore(store.path, keys=KEYS)
-        if isinstance(store, SQLiteStore)
-        else RedisStore(store.url, keys=KEYS, prefix=store.prefix)
-    )
+    other = reopened(store, KEYS)
     handoff, machine = started(chat, 140)
     record = store.create(RunRecord.new(chat.name, dump_run(handoff, machine), ttl=600))
     turns = [store, store, other, store, other, other, store] * 10  # 70 waits: blocks made on both sides
@@ -183,11 +199,9 @@ def test_a_checkpoint_writes_what_it_added_not_the_conversation_again(store, cha
 
 def stored_sizes(store: Any, run_id: str) -> tuple[list[int], list[int]]:
     """The bytes of each kept history entry's sealed head, and of each segment, as the backend holds them."""
-    if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
-            heads = [len(h) for (h,) in conn.execute("SELECT head FROM history WHERE run_id = ? ORDER BY k", (run_id,))]
-            segments = [len(s) for (s,) in conn.execute("SELECT sealed FROM segments WHERE run_id = ?", (run_id,))]
-        return heads, segments
+    if isinstance(store, SQLiteStore | PostgresStore):
+        heads = [len(h) for (h,) in sql(store, "SELECT head FROM history WHERE run_id = ? ORDER BY k", run_id)]
+        return heads, [len(s) for (s,) in sql(store, "SELECT sealed FROM segments WHERE run_id = ?", run_id)]
     hist = store.client.hgetall(f"{store.prefix}hist:{run_id}")
     heads = [
         len(hist[f"head:{k}".encode()]) for k in sorted(int(name[5:]) for name in hist if name.startswith(b"head:"))
@@ -214,6 +228,7 @@ def test_retention_keeps_the_last_n_and_zero_keeps_none(tmp_path, chat):
         (f"sqlite:///{tmp_path / 'u.db'}?history=-1", "history='-1' is not a number of checkpoints or all"),
         (f"sqlite:///{tmp_path / 'u.db'}?history=many", "write history=all or history=10"),
         ("redis://127.0.0.1:6379/0?history=x", "history='x'"),
+        ("postgresql://127.0.0.1:5432/branchc?history=-2", "history='-2' is not a number of checkpoints or all"),
     ]:
         with pytest.raises(StoreURLError, match=fragment):
             open_store(url, KEYS)
@@ -245,21 +260,30 @@ def test_a_fork_is_a_new_run_of_the_same_owner_sharing_nothing_with_its_parent(s
     assert len(store.history(record.run_id)) == 2
 
 
-def test_history_is_sealed_an_edited_moved_or_swapped_part_is_refused(tmp_path, chat):
-    store = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_postgres)])
+def sql_store(request, tmp_path) -> Any:
+    """An SQL store (its tables edited below its API)."""
+    if request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
+    else:
+        server = request.getfixturevalue("postgres_server")
+        made = PostgresStore(server.url, keys=KEYS, schema=f"hs{time.monotonic_ns()}")
+    yield made
+    made.close()
+
+
+def test_history_is_sealed_an_edited_moved_or_swapped_part_is_refused(sql_store, chat):
+    store = sql_store
     run_id, machine, _ = saved_rounds(store, chat, 80, 40)  # 40 turns: segments
     other, machine2, _ = saved_rounds(store, chat, 80, 40)
     machine.release()
     machine2.release()
-    path = store.path
 
-    def edit(sql: str, *values: Any) -> None:
-        with sqlite3.connect(path) as conn:
-            assert conn.execute(sql, values).rowcount >= 1
+    def edit(query: str, *values: Any) -> None:
+        assert sql(store, query, *values)[0][0] >= 1
 
-    with sqlite3.connect(path) as conn:
-        info, head = conn.execute("SELECT info, head FROM history WHERE run_id = ? AND k = 3", (run_id,)).fetchone()
-        ref, sealed = conn.execute("SELECT ref, sealed FROM segments WHERE run_id = ? LIMIT 1", (run_id,)).fetchone()
+    [(info, head)] = sql(store, "SELECT info, head FROM history WHERE run_id = ? AND k = 3", run_id)
+    [(ref, sealed)] = sql(store, "SELECT ref, sealed FROM segments WHERE run_id = ? LIMIT 1", run_id)
     flipped = bytes([info[0], info[1] ^ 1]) + info[2:]
     edit("UPDATE history SET info = ? WHERE run_id = ? AND k = 3", flipped, run_id)
     with pytest.raises(StoreDataError, match=r"'history\[3\]' does not match its seal"):
@@ -286,12 +310,12 @@ def test_history_is_sealed_an_edited_moved_or_swapped_part_is_refused(tmp_path, 
 
 def history_bytes(store: Any, run_id: str) -> int:
     """What the backend holds of the run's history: its entries' sealed info and heads, and its segments."""
-    if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
-            entries = "SELECT COALESCE(SUM(length(info) + length(head)), 0) FROM history WHERE run_id = ?"
-            (held,) = conn.execute(entries, (run_id,)).fetchone()
-            segments = "SELECT COALESCE(SUM(length(sealed)), 0) FROM segments WHERE run_id = ?"
-            return held + conn.execute(segments, (run_id,)).fetchone()[0]
+    if isinstance(store, SQLiteStore | PostgresStore):
+        [(held,)] = sql(
+            store, "SELECT COALESCE(SUM(length(info) + length(head)), 0) FROM history WHERE run_id = ?", run_id
+        )
+        [(segments,)] = sql(store, "SELECT COALESCE(SUM(length(sealed)), 0) FROM segments WHERE run_id = ?", run_id)
+        return int(held) + int(segments)
     hist = store.client.hgetall(f"{store.prefix}hist:{run_id}")
     held = sum(len(v) for name, v in hist.items() if name.startswith((b"info:", b"head:")))
     return held + sum(len(v) for v in store.client.hvals(f"{store.prefix}seg:{run_id}"))  # key id and sealed
@@ -322,9 +346,8 @@ def test_a_reader_of_the_store_without_the_key_learns_nothing_of_a_segment_from_
         run_id, machine, handoff = saved_rounds(store, chat, 80, 40)
         digests |= set(dump_run(handoff, machine).refs)
         machine.release()
-        if isinstance(store, SQLiteStore):
-            with sqlite3.connect(store.path) as conn:
-                names.append({n for (n,) in conn.execute("SELECT ref FROM segments WHERE run_id = ?", (run_id,))})
+        if isinstance(store, SQLiteStore | PostgresStore):
+            names.append({n for (n,) in sql(store, "SELECT ref FROM segments WHERE run_id = ?", run_id)})
         else:
             names.append({n.decode() for n in store.client.hkeys(f"{store.prefix}seg:{run_id}")})
     assert len(digests) == 2 and all(len(found) == 2 for found in names)  # two blocks of 32 in each run
@@ -335,6 +358,8 @@ def reopened(store: Any, keys: KeyRing, history: int | None = None) -> Any:
     """The same backend (file, or database and prefix) opened with another ring."""
     if isinstance(store, SQLiteStore):
         return SQLiteStore(store.path, keys=keys, history=history)
+    if isinstance(store, PostgresStore):
+        return PostgresStore(postgres_url(store).partition("?")[0], keys=keys, schema=store.schema, history=history)
     return RedisStore(store.url, keys=keys, prefix=store.prefix, history=history)
 
 

@@ -1,5 +1,5 @@
-"""A lean install (issue 20): `pip install branchc` authors, compiles, runs and serves; Redis, Monty and dask
-are extras, and a feature used without its extra is one error naming it.
+"""A lean install (issue 20): `pip install branchc` authors, compiles, runs and serves; Redis, PostgreSQL, Monty
+and dask are extras, and a feature used without its extra is one error naming it.
 
 A missing package is simulated in a real subprocess: `sys.modules[name] = None` before anything else is
 imported makes every `import name` there fail as if the package were not installed (no sitecustomize, no
@@ -34,10 +34,15 @@ TOOL = ROOT / "examples" / "tools" / "pick_card.py"
 RESPONSES = ROOT / "examples" / "responses" / "pick_card.yaml"
 
 #: every module an extra brings: none may be needed to author, compile, run or serve
-BLOCKED = ("redis", "pydantic_monty", "distributed", "dask", "opentelemetry.sdk", "opentelemetry.exporter.prometheus")
+BLOCKED = (
+    "redis", "psycopg", "psycopg_pool", "pydantic_monty", "distributed", "dask", "opentelemetry.sdk",
+    "opentelemetry.exporter.prometheus",
+)  # fmt: skip
 
 MESSAGES = {
     "redis": "the Redis store needs the redis package: pip install 'branchc[redis]'",
+    "postgres": "the PostgreSQL store needs the psycopg package: pip install 'branchc[postgres]'",
+    "postgres-pool": "the PostgreSQL store needs the psycopg-pool package: pip install 'branchc[postgres]'",
     "handlers": "the Monty result-handler engine needs the pydantic-monty package: pip install 'branchc[handlers]'",
     "dask": "the dask executor needs the distributed package: pip install 'branchc[dask]'",
     "otel": "exporting traces needs the opentelemetry-sdk package: pip install 'branchc[otel]'",
@@ -80,12 +85,26 @@ def env(tmp_path) -> dict[str, str]:
         ("redis", ("redis",), ["serve", str(TOOL), "--store", "redis://127.0.0.1:6379/0"]),
         ("redis", ("redis",), ["serve", str(TOOL), "--http", "127.0.0.1:0", "--store", "rediss://127.0.0.1:6380/1"]),
         ("redis", ("redis",), ["runs", "list", "--store", "redis://127.0.0.1:6379/0"]),
+        ("postgres", ("psycopg",), ["serve", str(TOOL), "--store", "postgresql://branchc@127.0.0.1:5432/branchc"]),
+        ("postgres", ("psycopg", "psycopg_pool"), ["runs", "list", "--store", "postgres://127.0.0.1/db?schema=x"]),
+        ("postgres-pool", ("psycopg_pool",), ["runs", "list", "--store", "postgresql://127.0.0.1/db"]),
         ("handlers", ("pydantic_monty",), ["serve", str(TOOL), "--result-handlers"]),
         ("dask", ("distributed", "dask"), ["serve", str(TOOL), "--executor", "dask://127.0.0.1:8786"]),
         ("otel", ("opentelemetry.sdk",), ["serve", str(TOOL), "--otel"]),
         ("metrics", ("opentelemetry.exporter.prometheus",), ["serve", str(TOOL), "--http", "127.0.0.1:0", "--metrics"]),
     ],
-    ids=["serve-store", "serve-http-rediss", "runs-store", "result-handlers", "executor", "otel", "metrics"],
+    ids=[
+        "serve-store",
+        "serve-http-rediss",
+        "runs-store",
+        "serve-postgres",
+        "runs-postgres",
+        "runs-postgres-pool",
+        "result-handlers",
+        "executor",
+        "otel",
+        "metrics",
+    ],
 )
 def test_the_cli_names_the_missing_extra(extra, blocked, args, env):
     done = run(cli(blocked), *args, env=env)
@@ -132,9 +151,16 @@ def redis_module():
     from branchc.store.redis import RedisStore
 
 
+def postgres_module():
+    from branchc.store.postgres import PostgresStore
+
+
 attempt("open_store", lambda: open_store("redis://127.0.0.1:6379/0"))
 attempt("open_store_tls", lambda: open_store("rediss://:secret@127.0.0.1:6380/2?prefix=app:&timeout=1"))
 attempt("open_store_bad_url", lambda: open_store("redis://:6379/0"))
+attempt("open_store_postgres", lambda: open_store("postgresql://app:secret@127.0.0.1:5432/runs?schema=app"))
+attempt("open_store_postgres_bad_url", lambda: open_store("postgresql://127.0.0.1/runs?schema=App"))
+attempt("postgres_store_module", postgres_module)
 attempt("open_executor", lambda: open_executor("dask://127.0.0.1:8786"))
 attempt("monty_engine", monty)
 attempt("monty_engine_again", monty)
@@ -154,10 +180,14 @@ def test_the_python_api_raises_a_typed_error_naming_the_extra(env):
         ("monty_engine", "handlers"),
         ("monty_engine_again", "handlers"),  # a second import says the same, not a half-imported module
         ("redis_store_module", "redis"),
+        ("open_store_postgres", "postgres"),
+        ("postgres_store_module", "postgres"),
     ]:
         assert found[name] == [extra, MESSAGES[extra], True, True], name
     # the URL is checked first: a wrong one says what is wrong with it, with the package or without
     assert found["open_store_bad_url"][0] == "url" and "it names no host" in found["open_store_bad_url"][1]
+    bad = found["open_store_postgres_bad_url"]
+    assert bad[0] == "url" and "schema='App' is not a lower-case SQL name" in bad[1]
 
 
 # -- a lean install: importing, compiling, running and serving ------------------------------------------------
@@ -190,6 +220,7 @@ def test_every_module_imports_without_the_extras_but_the_backends_that_need_them
         "branchc.bridge.handlers.monty": ["handlers", MESSAGES["handlers"]],
         "branchc.executors._dask": ["dask", MESSAGES["dask"]],
         "branchc.store.redis": ["redis", MESSAGES["redis"]],
+        "branchc.store.postgres": ["postgres", MESSAGES["postgres"]],
     }
     assert found["loaded"] == []
 
@@ -259,6 +290,8 @@ CORE = {
 #: each module an extra brings: (the extra, its distribution)
 OPTIONAL = {
     "redis": ("redis", "redis"),
+    "psycopg": ("postgres", "psycopg"),
+    "psycopg_pool": ("postgres", "psycopg-pool"),
     "pydantic_monty": ("handlers", "pydantic-monty"),
     "distributed": ("dask", "distributed"),
     "dask": ("dask", "distributed"),
@@ -294,7 +327,7 @@ def test_the_core_install_leaves_out_what_the_extras_bring():
     project = _project()
     core = {_name(r) for r in project["dependencies"]}
     extras = project["optional-dependencies"]
-    assert not core & {"redis", "pydantic-monty", "distributed", "dask", "opentelemetry-sdk"}
+    assert not core & {"redis", "psycopg", "psycopg-pool", "pydantic-monty", "distributed", "dask", "opentelemetry-sdk"}
     assert set(CORE.values()) <= core
     for extra, distribution in OPTIONAL.values():
         assert distribution in _closure(extras, extra)

@@ -1,16 +1,17 @@
 """Replicas: concurrent multi-round calls, every round of every run on the other of two servers sharing a store.
 
 The small, fast version of benchmarks/bench_replicas.py (200 calls there, 20 here): two real `branchc serve
---http` subprocesses share one store (an SQLite file; a real redis-server) and one state key; the real `mcp`
-client in the 2026-07-28 era drives 20 calls at once, 10 questions each, sending round k of call i to replica
-(i + k) % 2. The tool (tests/servers/replica_tools.py) returns the answers in order and the pid of the server
-that took each one, so a result proves both that every answer arrived, in order, and that the run really
-moved between the two processes at every round.
+--http` subprocesses share one store (an SQLite file; a real redis-server; a real PostgreSQL) and one state
+key; the real `mcp` client in the 2026-07-28 era drives 20 calls at once, 10 questions each, sending round k
+of call i to replica (i + k) % 2. The tool (tests/servers/replica_tools.py) returns the answers in order and
+the pid of the server that took each one, so a result proves both that every answer arrived, in order, and
+that the run really moved between the two processes at every round.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, KEYS, free_port, listening, within
+from _postgres_support import needs_postgres
 from _redis_support import RedisServer, needs_redis
 from mcp import Client
 
@@ -124,3 +126,8 @@ async def test_concurrent_runs_alternate_between_two_replicas_on_one_redis(cache
         await within(60, load(f"{redis.url}?prefix=replicas:", cache))
     finally:
         redis.stop()
+
+
+@needs_postgres
+async def test_concurrent_runs_alternate_between_two_replicas_on_one_postgresql(cache, postgres_server):
+    await within(60, load(f"{postgres_server.url}?schema=replicas{time.monotonic_ns()}", cache))

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import mcp.types as types
 import pytest
 import test_auth as auth
 from _bridge_support import KEY, Scripted, free_port, listening, within
+from _postgres_support import needs_postgres
 from _redis_support import RedisServer, needs_redis
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -290,10 +292,15 @@ async def test_one_principals_calls_at_once_are_capped_and_anothers_go_on(tmp_pa
     assert marks(tmp_path, "a1") == marks(tmp_path, "b1") == ["init", "finally", "after"]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+)
 def store(request, tmp_path) -> Iterator[Any]:
-    if request.param == "sqlite":
-        made = open_store(f"sqlite:///{tmp_path / 'runs.db'}", KeyRing([KEY]))
+    if request.param in ("sqlite", "postgres"):
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        if request.param == "postgres":
+            url = f"{request.getfixturevalue('postgres_server').url}?schema=owners{time.monotonic_ns()}"
+        made = open_store(url, KeyRing([KEY]))
         yield made
         made.close()
         return

@@ -330,8 +330,11 @@ def test_gc_ends_an_expired_run_only_with_its_tools_then_removes_it(served, db):
 
 
 def test_bad_urls_an_unreachable_store_and_a_damaged_record_are_one_clear_line(served, db, tmp_path):
-    error = one_error(runs("list", "--store", "postgres://host/db"))
-    assert "store URL 'postgres://host/db'" in error and "sqlite" in error
+    error = one_error(runs("list", "--store", "mysql://host/db"))
+    assert "store URL 'mysql://host/db'" in error and "sqlite" in error
+    error = one_error(runs("list", "--store", "postgresql://app:secret@127.0.0.1:1/db"))  # nothing listens there
+    assert "the PostgreSQL store at postgresql://app@127.0.0.1:1/db cannot be reached" in error
+    assert "Connection refused" in error and "secret" not in error
     assert "no scheme" in one_error(runs("gc", "--store", "runs.db"))
     assert "names no store" in one_error(runs("list", "--store", "none"))
     missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'runs.db'}"

@@ -1,11 +1,12 @@
-"""Store faults under a real server: a Redis that goes down mid-run and comes back, damaged rows, an SQLite
-file deleted or made read-only while `branchc serve --http` uses it.
+"""Store faults under a real server: a Redis or a PostgreSQL that goes down mid-run and comes back, damaged
+rows, an SQLite file deleted or made read-only while `branchc serve --http` uses it.
 
 What the issue asks of each: a clear tool error (naming the store or the run, and what to do) or a retry that
 completes; no run silently lost or run twice. Real parts throughout: `branchc serve --http` subprocesses, a
 real redis-server stopped and started again on the same port and data folder, real SQLite files, the real
-`mcp` client in the 2026-07-28 era. The tool (tests/servers/durable_tools.py) notes every step, its finally
-and its after() in a log file, so each test counts what ran.
+`mcp` client in the 2026-07-28 era; a real PostgreSQL killed (SIGKILL, server and backends) and started
+again on its data folder. The tool (tests/servers/durable_tools.py) notes every step, its finally and its
+after() in a log file, so each test counts what ran.
 
 Already covered elsewhere and not repeated here: every damaged field's StoreDataError at the store's API
 (test_stores.py), a Redis stopped under the bare store (test_stores.py), `branchc runs list / show / cancel`
@@ -27,6 +28,9 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, KEYS, free_port, listening, within
+from _postgres_support import BIN as POSTGRES
+from _postgres_support import SKIP_REASON as POSTGRES_SKIP
+from _postgres_support import PostgresServer, needs_postgres, raw
 from _redis_support import REDIS_SERVER, SKIP_REASON, RedisServer, needs_redis
 from mcp import Client
 from test_durable_rounds import MODERN, TOOL_FILE, answer_all, args, call, error_text, expected, final, lines
@@ -73,15 +77,49 @@ async def wait_for_line(log: Path, line: str, seconds: float = 20) -> None:
             await anyio.sleep(0.01)
 
 
-# -- Redis stopped mid-run and started again -------------------------------------------------------------------
+# -- Redis or PostgreSQL stopped mid-run and started again ------------------------------------------------------
 
 
-@needs_redis
-async def test_redis_down_between_rounds_is_a_clear_error_and_the_same_round_retried_completes(cache, tmp_path):
+class Down:
+    """A store's server that a test takes down and starts again (keeping what it wrote), and what a call that
+    cannot reach it says."""
+
+    def __init__(self, kind: str, tmp_path: Path) -> None:
+        self.kind = kind
+        if kind == "redis":  # append-only, fsync always: restarts keep data
+            self.server: Any = RedisServer(tmp_path / "redis", durable=True).start()
+            self.unreachable = f"the Redis store at 127.0.0.1:{self.server.port}/0 cannot be reached"
+        else:
+            self.server = PostgresServer().start()
+            where = f"postgresql://branchc@127.0.0.1:{self.server.port}/branchc"
+            self.unreachable = f"the PostgreSQL store at {where} cannot be reached"
+        self.store = f"{self.server.url}?timeout=1"
+
+    def stop(self) -> None:
+        """Redis stopped; PostgreSQL killed (SIGKILL: it recovers from its WAL when started again)."""
+        if self.kind == "redis":
+            self.server.stop()
+        else:
+            self.server.kill()
+
+    def start(self) -> None:
+        self.server.start()
+
+    def remove(self) -> None:
+        self.server.stop() if self.kind == "redis" else self.server.remove()
+
+
+SERVERS = [pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+async def test_the_store_down_between_rounds_is_a_clear_error_and_the_same_round_retried_completes(
+    cache, tmp_path, kind
+):
     log = tmp_path / "log.txt"
     arguments = args(4, log)
-    redis = RedisServer(tmp_path / "redis", durable=True).start()  # append-only, fsync always: restarts keep data
-    store = f"{redis.url}?timeout=1"
+    down = Down(kind, tmp_path)
+    store = down.store
     try:
         served, url = serve(cache, store)
         with served:
@@ -92,14 +130,14 @@ async def test_redis_down_between_rounds_is_a_clear_error_and_the_same_round_ret
                 run_id = run_id_of(store)
                 before = open_store(store, KEYS).load(run_id)
                 responses = await answer_all(second)
-                redis.stop()
-                down = await within(20, call(session, arguments, second.request_state, responses))
-                text = error_text(down)
-                assert f"the Redis store at 127.0.0.1:{redis.port}/0 cannot be reached while loading run" in text
+                down.stop()
+                lost = await within(20, call(session, arguments, second.request_state, responses))
+                text = error_text(lost)
+                assert f"{down.unreachable} while loading run" in text, text
                 assert run_id in text and "retry" in text, text
                 fresh = await within(20, call(session, args(2, tmp_path / "other.txt")))  # a new call: the same
-                assert f"the Redis store at 127.0.0.1:{redis.port}/0 cannot be reached" in error_text(fresh)
-                redis.start()
+                assert down.unreachable in error_text(fresh)
+                down.start()
                 assert open_store(store, KEYS).load(run_id) == before  # nothing was written meanwhile
                 result = await within(30, finish(session, arguments, second.request_state, responses))
         assert final(result) == expected(4)
@@ -109,12 +147,12 @@ async def test_redis_down_between_rounds_is_a_clear_error_and_the_same_round_ret
         assert lines(tmp_path / "other.txt") == []
         assert [r.run_id for r in open_store(store, KEYS).list()] == [run_id]  # one run, not two
     finally:
-        redis.stop()
+        down.remove()
 
 
-async def stop_mid_round(redis: RedisServer, session: Any, arguments: dict, state: str, responses: dict, step: str):
-    """Send a round and stop Redis while it runs (once its step is logged, i.e. after its claim was written and
-    before its outcome is); the round's answer."""
+async def stop_mid_round(down: Down, session: Any, arguments: dict, state: str, responses: dict, step: str):
+    """Send a round and take the store's server down while it runs (once its step is logged, i.e. after its
+    claim was written and before its outcome is); the round's answer."""
     outcome: list[Any] = []
 
     async def send() -> None:
@@ -123,18 +161,20 @@ async def stop_mid_round(redis: RedisServer, session: Any, arguments: dict, stat
     async with anyio.create_task_group() as group:
         group.start_soon(send)
         await wait_for_line(Path(arguments["log"]), step)
-        redis.stop()
+        down.stop()
     return outcome[0]
 
 
-@needs_redis
+@pytest.mark.parametrize("kind", SERVERS)
 @pytest.mark.parametrize("final_round", [False, True], ids=["mid-run round", "final round"])
-async def test_redis_down_while_a_round_runs_keeps_its_outcome_and_the_retry_gets_it(cache, tmp_path, final_round):
+async def test_the_store_down_while_a_round_runs_keeps_its_outcome_and_the_retry_gets_it(
+    cache, tmp_path, final_round, kind
+):
     log = tmp_path / "log.txt"
     rounds = 2 if final_round else 3
     arguments = args(rounds, log, slow=1.0)
-    redis = RedisServer(tmp_path / "redis", durable=True).start()
-    store = f"{redis.url}?timeout=1"
+    down = Down(kind, tmp_path)
+    store = down.store
     try:
         served, url = serve(cache, store)
         with served:
@@ -145,16 +185,16 @@ async def test_redis_down_while_a_round_runs_keeps_its_outcome_and_the_retry_get
                 state, responses = second.request_state, await answer_all(second)
                 run_id = run_id_of(store)
                 step = "step 1"  # the round caught: the last one (2 rounds) or one more follows (3 rounds)
-                caught = await within(30, stop_mid_round(redis, session, arguments, state, responses, step))
+                caught = await within(30, stop_mid_round(down, session, arguments, state, responses, step))
                 if final_round:  # the result is sent at once; the record is written once the store is back
                     assert final(caught) == expected(rounds)
                 else:  # more to ask: its request_state may not leave before the run is saved, so an error
                     text = error_text(caught)
                     assert f"round 2 of run {run_id!r} ran" in text, text
-                    assert f"Redis store at 127.0.0.1:{redis.port}/0 cannot be reached" in text, text
+                    assert down.unreachable in text, text
                     assert "ran, but the store could not save its outcome" in text, text
                     assert "send the same round again" in text and "it does not run again" in text, text
-                redis.start()
+                down.start()
                 started = time.monotonic()
                 again = await within(30, call(session, arguments, state, responses))
                 assert time.monotonic() - started < 10  # not held up by the claim of the interrupted round
@@ -170,7 +210,7 @@ async def test_redis_down_while_a_round_runs_keeps_its_outcome_and_the_retry_get
         # the interrupted round's step ran once: its outcome was kept and given to the retry, not run again
         assert lines(log) == [*(f"step {n}" for n in range(rounds)), "finally", "after"], lines(log)
     finally:
-        redis.stop()
+        down.remove()
 
 
 @needs_redis
@@ -218,6 +258,9 @@ def damage(store_url: str, run_id: str, field: str) -> None:
     if store.url.startswith("sqlite"):
         with sqlite3.connect(store.path) as conn:
             conn.execute(f"UPDATE runs SET {field} = ? WHERE run_id = ?", ("\x00garbage{", run_id))
+    elif store.url.startswith("postgresql"):
+        with raw(store) as conn:
+            conn.execute(f"UPDATE runs SET {field} = %s WHERE run_id = %s", (b"\xff\xfegarbage", run_id))
     else:
         store.client.hset(f"{store.prefix}run:{run_id}", field, b"\xff\xfegarbage")
     store.close()
@@ -228,12 +271,14 @@ DAMAGED = [
     ("sqlite", "version", "is damaged: its field 'version' is "),
     ("redis", "body", "is damaged: its saved run does not match its seal"),
     ("redis", "head", "is damaged: its head does not match its seal"),
+    ("postgres", "body", "is damaged: its saved run does not match its seal"),
+    ("postgres", "head", "is damaged: its head does not match its seal"),
 ]
 
 
 @pytest.mark.parametrize(("kind", "field", "problem"), DAMAGED, ids=[f"{k}-{f}" for k, f, _ in DAMAGED])
 async def test_a_damaged_row_is_a_clear_error_naming_the_run_for_a_round_and_for_runs_show_and_cancel(
-    cache, tmp_path, kind, field, problem
+    cache, tmp_path, kind, field, problem, request
 ):
     log = tmp_path / "log.txt"
     arguments = args(3, log)
@@ -243,6 +288,10 @@ async def test_a_damaged_row_is_a_clear_error_naming_the_run_for_a_round_and_for
             pytest.skip(SKIP_REASON)
         redis = RedisServer(tmp_path / "redis").start()
         store = f"{redis.url}?prefix=faults:"
+    elif kind == "postgres":
+        if POSTGRES is None:
+            pytest.skip(POSTGRES_SKIP)
+        store = f"{request.getfixturevalue('postgres_server').url}?schema=faults{time.monotonic_ns()}"
     else:
         store = f"sqlite:///{tmp_path / 'runs.db'}"
     try:

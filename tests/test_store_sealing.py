@@ -9,7 +9,8 @@ is decoded and before any code of the tool runs. Keys rotate through a ring (`--
 hold no argument, handoff, question or answer in clear; `branchc runs cancel|resume` run only the code the
 operator names with --tools.
 
-Real parts: a real SQLite file and a real redis-server (tests/_redis_support.py), the tool
+Real parts: a real SQLite file, a real redis-server (tests/_redis_support.py) and a real PostgreSQL
+(tests/_postgres_support.py), the tool
 tests/servers/sealed_tools.py compiled and run by the real machine, `branchc serve --http` and `branchc
 runs` subprocesses, the real `mcp` client. The tool writes a marker line from its kept object's __init__,
 its finally and its after(): a test that refuses a record checks that the marker stays empty.
@@ -34,6 +35,8 @@ import anyio
 import mcp.types as types
 import pytest
 from _bridge_support import KEY, free_port, listening, within
+from _postgres_support import PostgresServer, needs_postgres, raw
+from _postgres_support import url_of as postgres_url
 from _redis_support import RedisServer, needs_redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -58,6 +61,7 @@ from branchc.store import (
     state_keys,
 )
 from branchc.store.keys import KEY_FILE, SealError
+from branchc.store.postgres import PostgresStore
 from branchc.store.redis import RedisStore
 from branchc.store.sqlite import SQLiteStore
 
@@ -88,13 +92,18 @@ def tool(cache) -> Any:
         return load_served_tools(TOOL_FILE, warn=None)[NAME]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+)
 def store(request, tmp_path):
     if request.param == "sqlite":
         made = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
-    else:
+    elif request.param == "redis":
         server = request.getfixturevalue("redis_server")
         made = RedisStore(server.url, keys=KEYS, prefix=f"s{time.monotonic_ns()}:")
+    else:
+        server = request.getfixturevalue("postgres_server")
+        made = PostgresStore(server.url, keys=KEYS, schema=f"s{time.monotonic_ns()}")
     yield made
     made.close()
 
@@ -275,6 +284,18 @@ def raw_row(store: Any, run_id: str) -> dict[str, Any] | None:
                     value if isinstance(value, bytes) else (repr if type(value) is float else str)(value).encode()
                 )
         return out
+    if isinstance(store, PostgresStore):
+        with raw(store) as conn:
+            cursor = conn.execute("SELECT * FROM runs WHERE run_id = %s", (run_id,))
+            row = cursor.fetchone()
+            names = [column.name for column in cursor.description]
+        if row is None:
+            return None
+        return {
+            name: value if isinstance(value, bytes) else (repr if type(value) is float else str)(value).encode()
+            for name, value in zip(names, row, strict=True)
+            if name not in ("run_id", "hbytes") and value is not None
+        }
     found = store.client.hgetall(f"{store.prefix}run:{run_id}")
     return {name.decode(): value for name, value in found.items()} or None
 
@@ -298,11 +319,34 @@ def put_row(store: Any, run_id: str, row: dict[str, bytes] | None) -> None:
                 marks = ", ".join("?" * len(names))
                 conn.execute(f"INSERT INTO runs ({', '.join(names)}) VALUES ({marks})", [run_id, *values.values()])
         return
+    if isinstance(store, PostgresStore):
+        _put_postgres_row(store, run_id, row)
+        return
     key = f"{store.prefix}run:{run_id}"
     store.client.delete(key)
     if row is not None:
         store.client.hset(key, mapping=row)
         store.client.expire(key, 600)
+
+
+def _put_postgres_row(store: PostgresStore, run_id: str, row: dict[str, bytes] | None) -> None:
+    """The row as it is, in one transaction; a value its column's type cannot hold (a number's text with a bit
+    flipped, text that is not UTF-8, a field left out) no writer can store there either: not a mutation."""
+    import psycopg
+
+    with raw(store) as conn:
+        try:
+            with conn.transaction():
+                conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
+                if row is not None:
+                    values = {
+                        name: value if name in ("head", "body") else value.decode() for name, value in row.items()
+                    }
+                    names = ["run_id", *values]
+                    marks = ", ".join(["%s"] * len(names))
+                    conn.execute(f"INSERT INTO runs ({', '.join(names)}) VALUES ({marks})", [run_id, *values.values()])
+        except (psycopg.DataError, psycopg.IntegrityError, UnicodeDecodeError):
+            assume(False)
 
 
 def versions(tool: Any, store: Any, marker: Path) -> tuple[RunRecord, list[dict[str, bytes]]]:
@@ -374,7 +418,7 @@ def test_a_truncated_record_is_refused(tool, store, tmp_path):
         refused(store, tool, record.run_id, marker, "does not match its seal")
     put_row(store, record.run_id, {**row, "body": b""})
     refused(store, tool, record.run_id, marker, "its saved run does not match its seal")
-    if not isinstance(store, SQLiteStore):  # (a column of SQLite's is never missing)
+    if isinstance(store, RedisStore):  # (a column of SQLite's or PostgreSQL's is never missing)
         put_row(store, record.run_id, {k: v for k, v in row.items() if k != "body"})
         refused(store, tool, record.run_id, marker, "its saved run does not match its seal")
     put_row(store, record.run_id, row)
@@ -484,6 +528,8 @@ def test_rekey_while_writers_checkpoint_loses_no_update_and_breaks_no_record(sto
 def _with_keys(store: Any, keys: KeyRing) -> Any:
     if isinstance(store, SQLiteStore):
         return SQLiteStore(store.path, keys=keys)
+    if isinstance(store, PostgresStore):
+        return open_store(postgres_url(store), keys)
     return RedisStore(store.url, keys=keys, prefix=store.prefix)
 
 
@@ -777,6 +823,36 @@ async def test_no_argument_handoff_question_or_answer_is_in_clear_in_redis(cache
             store.close()
     finally:
         redis.stop()
+
+
+@needs_postgres
+@pytest.mark.anyio
+async def test_no_argument_handoff_question_or_answer_is_in_clear_in_postgresql(cache, tmp_path):
+    server = PostgresServer().start()
+    try:
+        url = f"{server.url}?schema=sealed"
+        served, address = serve_http(cache, tmp_path / "state", "--store", url)
+        with served:
+            await _two_rounds(address, tmp_path / "marker.txt")
+        store = open_store(url, KEYS)
+        try:
+            with raw(store) as conn:  # every table, raw, as psql would show it
+                tables = [
+                    name for (name,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'sealed'")
+                ]
+                assert sorted(tables) == ["branchc_schema", "history", "runs", "segments"]
+                for table in tables:
+                    text = "".join(str(row) for row in conn.execute(f"SELECT * FROM {table}"))
+                    assert SECRET not in text and SECRET.encode().hex() not in text, table
+            with server.admin() as conn:
+                conn.execute("CHECKPOINT")  # what its buffers hold, in its files too
+            assert clear_in(server.data / "base") == [] and clear_in(server.data / "pg_wal") == []
+            (record,) = store.list()
+            assert f"answer-{SECRET}" in record.saved
+        finally:
+            store.close()
+    finally:
+        server.remove()
 
 
 @pytest.mark.anyio

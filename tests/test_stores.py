@@ -1,5 +1,6 @@
-"""The continuation store (branchc.store): one contract over a real SQLite file and a real redis-server,
-then what each backend adds (WAL and locks; TTLs, prefixes, a server stopped and started again)."""
+"""The continuation store (branchc.store): one contract over a real SQLite file, a real redis-server and a
+real PostgreSQL, then what each backend adds (WAL and locks; TTLs, prefixes, a server stopped and started
+again; schemas, a server killed and started again, row locks)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _bridge_support import KEY
+from _bridge_support import KEY, free_port
+from _postgres_support import PASSWORD, PostgresServer, needs_postgres, raw
+from _postgres_support import url_of as postgres_url
 from _redis_support import RedisServer, needs_redis
 
 from branchc.bridge.guided import GuidedFullError, GuidedRunTooLargeError, WaitingRun
@@ -36,6 +39,7 @@ from branchc.store import (
     open_store,
 )
 from branchc.store.base import ENDING_GRACE
+from branchc.store.postgres import CHECK_IDLE, PostgresStore, public_url
 from branchc.store.redis import RedisStore
 from branchc.store.sqlite import SQLiteStore
 
@@ -43,18 +47,26 @@ ROOT = Path(__file__).resolve().parent.parent
 KEYS = KeyRing([KEY])  # what every store here seals its records with
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
+BACKENDS = ["sqlite", pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
     if request.param == "sqlite":
         made = SQLiteStore(tmp_path / "runs.db", keys=KEYS)
-    else:
+    elif request.param == "redis":
         server = request.getfixturevalue("redis_server")
         made = RedisStore(server.url, keys=KEYS, prefix=f"t{time.monotonic_ns()}:")
+    else:
+        server = request.getfixturevalue("postgres_server")
+        made = PostgresStore(server.url, keys=KEYS, schema=f"t{time.monotonic_ns()}")
     yield made
     made.close()
 
 
 def url_of(store) -> str:
+    if isinstance(store, PostgresStore):
+        return postgres_url(store)
     return store.url if isinstance(store, SQLiteStore) else f"{store.url}?prefix={store.prefix}"
 
 
@@ -63,6 +75,9 @@ def corrupt(store, run_id: str, name: str, value) -> None:
     if isinstance(store, SQLiteStore):
         with sqlite3.connect(store.path) as conn:
             conn.execute(f"UPDATE runs SET {name} = ? WHERE run_id = ?", (value, run_id))
+    elif isinstance(store, PostgresStore):
+        with raw(store) as conn:
+            conn.execute(f"UPDATE runs SET {name} = %s WHERE run_id = %s", (value, run_id))
     else:
         store.client.hset(f"{store.prefix}run:{run_id}", name, value)
 
@@ -215,6 +230,10 @@ def raw_fields(store, run_id: str) -> dict:
             conn.text_factory = bytes
             cursor = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
             return dict(zip([c[0] for c in cursor.description], cursor.fetchone(), strict=True))
+    if isinstance(store, PostgresStore):
+        with raw(store) as conn:
+            cursor = conn.execute("SELECT * FROM runs WHERE run_id = %s", (run_id,))
+            return dict(zip([c.name for c in cursor.description], cursor.fetchone(), strict=True))
     return {k.decode(): v for k, v in store.client.hgetall(f"{store.prefix}run:{run_id}").items()}
 
 
@@ -471,6 +490,16 @@ def test_redis_expires_keys_itself_and_prefixes_keep_stores_apart(redis_server):
     two.close()
 
 
+def each_kind_of_call(store, record: RunRecord) -> list:
+    """A load, a checkpoint (of `record` at version 2), a create and a count (the caps): what a server asks."""
+    return [
+        lambda: store.load(record.run_id),
+        lambda: store.checkpoint(record.run_id, 2, status="waiting"),
+        lambda: store.create(RunRecord.new("t", "x", ttl=60)),
+        store.usage,
+    ]
+
+
 @needs_redis
 def test_redis_stopped_mid_use_is_a_clear_error_and_works_again_after_a_restart(tmp_path):
     server = RedisServer(tmp_path / "redis", durable=True).start()
@@ -480,12 +509,7 @@ def test_redis_stopped_mid_use_is_a_clear_error_and_works_again_after_a_restart(
         moved = store.checkpoint(record.run_id, 1, status="running")
         server.stop()
         started = time.monotonic()
-        for call in (
-            lambda: store.load(record.run_id),
-            lambda: store.checkpoint(record.run_id, 2, status="waiting"),
-            lambda: store.create(RunRecord.new("t", "x", ttl=60)),
-            store.usage,
-        ):
+        for call in each_kind_of_call(store, record):
             with pytest.raises(StoreUnavailableError, match=r"Redis store at 127.0.0.1:\d+/0 cannot be reached"):
                 call()
         assert time.monotonic() - started < 10  # fails fast, not after long retries
@@ -498,7 +522,246 @@ def test_redis_stopped_mid_use_is_a_clear_error_and_works_again_after_a_restart(
         server.stop()
 
 
+# PostgreSQL
+
+
+@needs_postgres
+def test_postgres_makes_its_schema_once_checks_its_version_and_keeps_schemas_apart(postgres_server):
+    schema = f"fresh{time.monotonic_ns()}"
+    opened: list[PostgresStore] = []
+    failed: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def open_it() -> None:  # replicas starting at once on an empty schema: made once, by one of them
+        barrier.wait()
+        try:
+            opened.append(PostgresStore(postgres_server.url, keys=KEYS, schema=schema))
+        except BaseException as error:  # pragma: no cover - reported below
+            failed.append(error)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failed, failed
+    one, other = opened[0], PostgresStore(postgres_server.url, keys=KEYS, schema=f"other{time.monotonic_ns()}")
+    record = one.create(RunRecord.new("t", "x", ttl=60))
+    assert all(store.load(record.run_id) == record for store in opened)
+    assert other.load(record.run_id) is None and other.list() == [] and other.usage() == Usage(0, 0)
+    with raw(one) as conn:
+        assert conn.execute("SELECT name, version FROM branchc_schema").fetchall() == [("runs", 1)]
+        conn.execute("UPDATE branchc_schema SET version = 2")
+    with pytest.raises(StoreDataError, match=f"schema {schema!r}.* has schema version 2, and this branchc knows ver"):
+        PostgresStore(postgres_server.url, keys=KEYS, schema=schema)
+    with raw(other) as conn:  # a schema holding another application's table of the same name
+        conn.execute("CREATE SCHEMA theirs")
+        conn.execute("CREATE TABLE theirs.runs (id INTEGER)")
+    with pytest.raises(StoreDataError, match=r"holds tables branchc did not make \(runs, but no branchc_schema\)"):
+        PostgresStore(postgres_server.url, keys=KEYS, schema="theirs")
+    for store in (*opened, other):
+        store.close()
+
+
+@needs_postgres
+def test_postgres_killed_mid_use_is_a_clear_error_without_its_password_and_works_again_after_a_restart():
+    server = PostgresServer().start()
+    try:
+        store = open_store(f"{server.url}?schema=r&timeout=2&history=0", KEYS)  # the saved run alone in usage
+        record = store.create(RunRecord.new("t", saved_text(5000), ttl=60, meta=META))
+        moved = store.checkpoint(record.run_id, 1, status="running")
+        assert store.url == f"postgresql://branchc@127.0.0.1:{server.port}/branchc"  # no password
+        server.stop()  # restarted while the store is idle: the connections it closed are let go unseen
+        server.start()
+        time.sleep(CHECK_IDLE + 0.1)
+        assert store.load(record.run_id) == moved
+        server.kill()  # SIGKILL: the server and its backends
+        started = time.monotonic()
+        for call in each_kind_of_call(store, record):
+            with pytest.raises(StoreUnavailableError, match=re.escape(f"PostgreSQL store at {store.url} cannot be")):
+                call()
+        assert time.monotonic() - started < 1.5  # at once: a lost connection makes the next call connect itself
+        server.start()  # crash recovery from its WAL: what was committed is there
+        assert store.load(record.run_id) == moved  # the same store: its pool reconnects by itself
+        assert store.checkpoint(record.run_id, 2, status="waiting").version == 3
+        assert store.usage("waiting") == Usage(1, record.size)
+        server.stop()  # a fast shutdown ends every session
+        with pytest.raises(StoreUnavailableError, match="cannot be reached while loading run") as caught:
+            store.load(record.run_id)
+        assert PASSWORD not in str(caught.value)
+        server.start()
+        assert store.load(record.run_id).version == 3
+        store.close()
+        with pytest.raises(StoreUnavailableError, match="was closed"):
+            store.load(record.run_id)
+    finally:
+        server.remove()
+
+
+@needs_postgres
+def test_postgres_stopped_while_the_store_is_idle_is_a_clear_error_at_once():
+    """Its pooled connections, checked before use, are found closed: the call does not wait the timeout out
+    for the pool to make new ones."""
+    server = PostgresServer().start()
+    try:
+        store = open_store(f"{server.url}?schema=idle&timeout=5", KEYS)
+        record = store.create(RunRecord.new("t", "x", ttl=60))
+        server.stop()
+        time.sleep(CHECK_IDLE + 0.1)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match="Connection refused"):
+            store.load(record.run_id)
+        assert time.monotonic() - started < 2
+        server.start()
+        assert store.load(record.run_id) == record
+        store.close()
+    finally:
+        server.remove()
+
+
+@needs_postgres
+def test_postgres_that_cannot_be_reached_or_refuses_the_role_is_a_clear_error_at_open(postgres_server):
+    nobody = postgres_server.url.replace(f":{postgres_server.port}/", f":{free_port()}/")
+    with pytest.raises(
+        StoreUnavailableError, match=r"at postgresql://branchc@127\.0\.0\.1:\d+/branchc cannot be"
+    ) as one:
+        open_store(nobody, KEYS)
+    assert "Connection refused" in str(one.value) and PASSWORD not in str(one.value)
+    wrong = postgres_server.url.replace(PASSWORD, "not-the-password")
+    with pytest.raises(StoreUnavailableError, match='password authentication failed for user "branchc"') as two:
+        open_store(wrong, KEYS)
+    assert "not-the-password" not in str(two.value)
+
+
+@needs_postgres
+def test_postgres_holds_at_most_its_pool_of_connections_and_says_so_when_all_stay_busy(postgres_server):
+    name = f"pool{time.monotonic_ns()}"
+    store = open_store(f"{postgres_server.url}?schema={name}&pool=2&timeout=5&application_name={name}", KEYS)
+    record = store.create(RunRecord.new("t", "[]", ttl=60))
+    seen: list[int] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def count() -> None:
+        with raw(store) as conn:
+            while not done.is_set():
+                (found,) = conn.execute("SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = %s", (name,))
+                seen.append(found[0])
+
+    def work(tag: int) -> None:
+        try:
+            for n in range(15):
+                while True:
+                    current = store.load(record.run_id)
+                    try:
+                        store.checkpoint(
+                            record.run_id, current.version, saved=json.dumps([*json.loads(current.saved), n])
+                        )
+                        break
+                    except StaleRunError:
+                        continue
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    threads = [threading.Thread(target=work, args=(tag,)) for tag in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    counter.join()
+    assert not errors and store.load(record.run_id).version == 91
+    assert seen and max(seen) <= 2, max(seen)  # six threads, two connections
+    store.close()
+    store = open_store(f"{postgres_server.url}?schema={name}&pool=2&timeout=0.5", KEYS)
+    with store._use("holding one"), store._use("holding the other"):
+        started = time.monotonic()
+        with pytest.raises(
+            StoreUnavailableError,
+            match=r"no free connection for 0\.5 s while loading run .*: all 2 of this process's connections stayed",
+        ):
+            store.load(record.run_id)
+        assert time.monotonic() - started >= 0.5
+    assert store.load(record.run_id).version == 91
+    store.close()
+
+
+@needs_postgres
+def test_postgres_row_locked_past_its_timeout_is_a_clear_error(postgres_server):
+    store = open_store(f"{postgres_server.url}?schema=locked{time.monotonic_ns()}&timeout=0.3", KEYS)
+    record = store.create(RunRecord.new("t", "x", ttl=60))
+    with raw(store) as holder:
+        holder.execute("BEGIN")
+        holder.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (record.run_id,))  # a long transaction
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match=r"row locked .* lock timeout \(0.3 s\) while checkpointing"):
+            store.checkpoint(record.run_id, 1, status="done")
+        assert time.monotonic() - started >= 0.3
+        assert store.load(record.run_id) == record  # readers go on
+        holder.execute("ROLLBACK")
+    assert store.checkpoint(record.run_id, 1, status="done").version == 2
+    store.close()
+
+
+@needs_postgres
+def test_postgres_takes_ids_its_text_cannot_hold_for_no_run(postgres_server):
+    """A guided state_id is a client's text: one with a NUL is no run's, as in the other stores."""
+    store = PostgresStore(postgres_server.url, keys=KEYS, schema=f"ids{time.monotonic_ns()}")
+    for ident in ("a\x00b", "\udc80"):
+        assert store.load(ident) is None and store.history(ident) == [] and store.delete(ident) is False
+        with pytest.raises(RunNotFoundError):
+            store.checkpoint(ident, 1, status="done")
+        with pytest.raises(RunNotFoundError):
+            store.end_expired(ident, 1, status="expired")
+        with pytest.raises(KeyError):
+            store.saved_at(ident, 0)
+        with pytest.raises(ValueError, match="without NUL characters"):
+            store.create(RunRecord.new("t", "x", ttl=60, run_id=ident))
+    store.close()
+
+
 # URLs
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s%40cret@db:5432/runs", "postgresql://app@db:5432/runs"),
+        (
+            "postgres://app:pw@h1:5432,h2:5433/runs?sslmode=require",
+            "postgres://app@h1:5432,h2:5433/runs?sslmode=require",
+        ),
+        (
+            "postgresql:///runs?host=/run/postgresql&password=pw&sslpassword=k",
+            "postgresql:///runs?host=/run/postgresql",
+        ),
+        ("postgresql://app@db/runs", "postgresql://app@db/runs"),
+    ],
+)
+def test_a_postgresql_store_shows_its_url_without_its_password(url, shown):
+    assert public_url(url) == shown
+
+
+@needs_postgres
+def test_open_store_by_a_postgresql_url(postgres_server):
+    schema = f"app{time.monotonic_ns()}"
+    store = open_store(f"{postgres_server.url}?schema={schema}&timeout=2&pool=3&application_name=ours", KEYS)
+    assert isinstance(store, PostgresStore) and (store.schema, store.timeout, store.pool_size) == (schema, 2.0, 3)
+    assert store.url == f"postgresql://branchc@127.0.0.1:{postgres_server.port}/branchc?application_name=ours"
+    record = store.create(RunRecord.new("t", "x", ttl=60))
+    with raw(store) as conn:
+        names = {row[0] for row in conn.execute("SELECT application_name FROM pg_stat_activity")}
+    assert "ours" in names
+    # postgres:// too, and libpq's own options: here its unix socket, as the superuser it trusts there
+    socket = open_store(
+        f"postgres:///branchc?host={postgres_server.folder}&port={postgres_server.port}&user=postgres&schema={schema}",
+        KEYS,
+    )
+    assert socket.load(record.run_id) == record
+    for each in (store, socket):
+        each.close()
 
 
 def test_open_store_by_url(tmp_path, monkeypatch, redis_server):
@@ -522,9 +785,9 @@ def test_open_store_by_url(tmp_path, monkeypatch, redis_server):
     ("url", "message"),
     [
         ("", "it is empty"),
-        ("runs.db", "it has no scheme; start it with sqlite:/// or redis://"),
-        ("mongodb://x", "the scheme 'mongodb' is unknown"),
-        ("postgres://h/db", "the scheme 'postgres' is not a store branchc has"),
+        ("runs.db", "it has no scheme; start it with sqlite:///, redis:// or postgresql://"),
+        ("mongodb://x", "the scheme 'mongodb' is unknown; use sqlite, redis or postgresql"),
+        ("mysql://h/db", "the scheme 'mysql' is not a store branchc has"),
         ("sqlite://runs.db", "the host part 'runs.db' has no meaning for SQLite; write sqlite:///relative"),
         ("sqlite:///", "it names no file"),
         ("sqlite:///r.db?busy=3", "the option 'busy' is unknown; use timeout"),
@@ -535,6 +798,17 @@ def test_open_store_by_url(tmp_path, monkeypatch, redis_server):
         ("redis://127.0.0.1:6379/zero", "the database 'zero' is not a number"),
         ("redis://127.0.0.1:6379/0?prefix=", "prefix= is empty"),
         ("redis://127.0.0.1:6379/0?timeout=0", "timeout=0 would fail every call"),
+        ("postgresql://h:port/db", "the port in 'h:port' is not a number"),
+        ("postgres://u@h1:5432,h2:x/db", "the port in 'h2:x' is not a number"),
+        ("postgresql://h/runs/db", "the database 'runs/db' has a slash"),
+        ("postgresql://h/db?schema=Runs", "schema='Runs' is not a lower-case SQL name; write letters, digits"),
+        ("postgresql://h/db?schema=a;drop", "schema='a;drop' is not a lower-case SQL name"),
+        ("postgresql://h/db?timeout=0", "timeout=0 would fail every call"),
+        ("postgresql://h/db?timeout=-1", "timeout='-1' is not a number of seconds"),
+        ("postgresql://h/db?pool=0", "pool='0' is not a number of connections from 1 to 1000"),
+        ("postgresql://h/db?options=-c%20x", "the option 'options' is unknown; use schema"),
+        ("postgresql://h/db?sslmod=require", "the option 'sslmod' is unknown; use schema (the schema of its tables"),
+        ("postgresql://h/db?schema=a&schema=b", "the option 'schema' is given twice"),
     ],
 )
 def test_a_bad_store_url_names_the_part_and_the_fix(url, message):

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import mcp.types as types
 import pytest
 import yaml
 from _bridge_support import KEY, Scripted, free_port, listening, stdio, within
+from _postgres_support import needs_postgres
 from _redis_support import RedisServer, needs_redis
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
@@ -341,10 +343,15 @@ async def test_each_workflow_has_its_guidance_as_a_prompt(era, flows):
 # -- restarts ------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=needs_redis)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("redis", marks=needs_redis), pytest.param("postgres", marks=needs_postgres)]
+)
 def store_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'runs.db'}"
+        return
+    if request.param == "postgres":
+        yield f"{request.getfixturevalue('postgres_server').url}?schema=flows{time.monotonic_ns()}"
         return
     redis = RedisServer(tmp_path / "redis").start()
     try:

@@ -857,7 +857,7 @@ class DurableRounds:
             claimed = progress.claimed
             if not saved and not finished and not deferred:  # interrupted before its outcome was written
                 await self._put_back(record, claimed, progress.calls)
-        if saved:
+        if saved or deferred:  # a deferred outcome lands as it is (write_later), not overwritten as a failure
             return outcome
         status = "failed" if outcome.is_error else "done"
         meta = dataclasses.replace(

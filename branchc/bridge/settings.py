@@ -85,8 +85,9 @@ class ServeSettings(BaseSettings):
     state_ttl: float = Field(600, gt=0)
     """Seconds a round's request_state stays good."""
     store: str | None = None
-    """Where runs wait between rounds: sqlite:///runs.db, redis://HOST:PORT/0, or none (request_state carries
-    the whole run). Default: HTTP, runs.db in $BRANCHC_STATE_DIR (~/.local/state/branchc); stdio, none."""
+    """Where runs wait between rounds: sqlite:///runs.db, redis://HOST:PORT/0, postgresql://USER@HOST:PORT/DB,
+    or none (request_state carries the whole run). Default: HTTP, runs.db in $BRANCHC_STATE_DIR
+    (~/.local/state/branchc); stdio, none."""
 
     history: str = "all"
     """With a store: how many past checkpoints of each run it keeps, for `branchc runs history` and `runs fork`:

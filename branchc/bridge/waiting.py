@@ -5,7 +5,7 @@ A waiting run is a record of status "waiting" under its state id; `take` moves i
 compare-and-swap, so across processes and replicas exactly one taker gets it; while its round goes on
 it keeps its place (count and bytes); `keep(..., taken=)` deletes that record and creates the next one
 under a new id; `release` deletes it; `put_back` makes it "waiting" again. The caps count every run of
-the store in those two statuses, so give guided runs a store of their own (a file, or a Redis prefix).
+the store in those two statuses, so give guided runs a store of their own (a file, a Redis prefix, a PostgreSQL schema).
 Across replicas the caps are checked, then written: two starts racing on the last slot may both fit.
 A taken run is claimed by the taking process, and kept at least expiry.LEASE seconds more, so the sweeper
 does not end it mid-round (expiry.py); put back, it has its own expiry again.

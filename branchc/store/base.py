@@ -3,10 +3,10 @@
 A store holds one record per run: its id, tool, status, the saved run (`runstate.dump_run`'s text),
 a version bumped by every write (so a write is a compare-and-swap on it), wall-clock times (epoch
 seconds), metadata (`RunMeta`) and its owner (the principal that started it, or None). Backends
-(sqlite.py, redis.py) keep the same layout, sealed with the state key (sealed.py: what is sealed, what
-stays in clear and how it is bound), and check what they load the same way: a record edited, truncated,
-moved onto another run or sealed with a key the store does not hold is a `StoreDataError` naming the run,
-raised before anything of it is decoded, never a half-loaded record.
+(sqlite.py and postgres.py, through sql.py; redis.py) keep the same layout, sealed with the state key
+(sealed.py: what is sealed, what stays in clear and how it is bound), and check what they load the same
+way: a record edited, truncated, moved onto another run or sealed with a key the store does not hold is a
+`StoreDataError` naming the run, raised before anything of it is decoded, never a half-loaded record.
 
 The API is synchronous; an async caller runs it in a worker thread (`anyio.to_thread.run_sync`).
 Every backend is safe to share between threads and between processes.
@@ -68,7 +68,8 @@ class StoreURLError(StoreError, ValueError):
 
 
 class StoreUnavailableError(StoreError, ConnectionError):
-    """The store cannot be reached or used now (Redis down, an SQLite file locked past its busy timeout).
+    """The store cannot be reached or used now (Redis or PostgreSQL down, an SQLite file locked past its busy
+    timeout, a PostgreSQL row locked past its lock timeout).
     Nothing was written by the failed call unless the message says so; retrying later is safe."""
 
 

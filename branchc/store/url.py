@@ -4,11 +4,15 @@
     sqlite:////var/lib/branchc.db  an absolute path (four slashes)
     sqlite:///:memory:             this process only (tests)
     redis://127.0.0.1:6379/0       Redis (rediss:// for TLS; redis://:PASSWORD@HOST:PORT/DB)
+    postgresql://USER:PASSWORD@HOST:5432/DB   PostgreSQL (postgres:// too; libpq's URL: several HOST:PORT,
+                                   ?host=/run/postgresql for a socket, ?sslmode=..., PGPASSWORD or .pgpass)
     none                           no store: runs live in request_state or in memory
 
 Options go in the query: sqlite `?timeout=SECONDS` (busy timeout, 5) and `&synchronous=normal|full`;
-redis `?prefix=branchc:` (key prefix) and `&timeout=SECONDS` (5); both `history=N|all`, how many of each
-run's past checkpoints to keep (all, by default; 0 keeps none; `branchc serve --history`).
+redis `?prefix=branchc:` (key prefix) and `&timeout=SECONDS` (5); postgresql `?schema=branchc` (the schema
+of its tables), `&timeout=SECONDS` (5: connecting, waiting for a connection or a row's lock) and `&pool=N`
+(connections per process, 10), beside libpq's own (LIBPQ); all three `history=N|all`, how many of each run's
+past checkpoints to keep (all, by default; 0 keeps none; `branchc serve --history`).
 
 Every store seals its records with a key ring (keys.py): `open_store(url, keys=state_keys(KEY, STATE_DIR))`.
 """
@@ -17,17 +21,34 @@ from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from .base import RunStore, StoreURLError
 from .history import retention
+from .sql import SQL_NAME
 
 if TYPE_CHECKING:
     from .keys import KeyRing
 
 __all__ = ["open_store"]
 
-FORMS = "sqlite:///PATH.db, sqlite:///:memory:, redis://HOST:PORT/DB or none"
+FORMS = "sqlite:///PATH.db, sqlite:///:memory:, redis://HOST:PORT/DB, postgresql://USER@HOST:PORT/DB or none"
+# libpq's options a postgresql:// URL may carry beside branchc's (its password goes in the URL's user part, or
+# PGPASSWORD, or a .pgpass file: not an option, so it is never shown with them)
+LIBPQ = {
+    "host": "a host or a socket folder, e.g. /run/postgresql",
+    "hostaddr": "an IP address",
+    "port": "a port",
+    "user": "the role",
+    "sslmode": "disable, prefer, require, verify-ca or verify-full",
+    "sslrootcert": "a CA file",
+    "sslcert": "a client certificate file",
+    "sslkey": "its key file",
+    "passfile": "a .pgpass file",
+    "channel_binding": "prefer or require",
+    "target_session_attrs": "read-write, primary, any...",
+    "application_name": "what pg_stat_activity shows, branchc",
+}
 
 
 def _bad(url: str, part: str, fix: str) -> StoreURLError:
@@ -66,7 +87,7 @@ def open_store(url: str, keys: KeyRing | None = None, *, history: int | str | No
     """The store `url` names (None for "none"), sealing its records with `keys` (which every store needs) and
     keeping `history` past checkpoints of each run (None: all, unless the URL says); StoreURLError naming the
     part that is wrong and the fix, MissingExtraError naming the extra a backend needs (redis: `pip install
-    'branchc[redis]'`), StoreKeyError without keys."""
+    'branchc[redis]'`; postgresql: 'branchc[postgres]'), StoreKeyError without keys."""
     if not isinstance(url, str) or not url.strip():
         raise _bad(str(url), "it is empty", "name a store")
     text = url.strip()
@@ -74,15 +95,17 @@ def open_store(url: str, keys: KeyRing | None = None, *, history: int | str | No
         return None
     scheme, sep, _ = text.partition("://")
     if not sep:
-        raise _bad(url, "it has no scheme", "start it with sqlite:/// or redis://, or write none")
+        raise _bad(url, "it has no scheme", "start it with sqlite:///, redis:// or postgresql://, or write none")
     scheme = scheme.lower()
     if scheme == "sqlite":
         return _sqlite(url, text, keys, history)
     if scheme in ("redis", "rediss"):
         return _redis(url, text, keys, history)
-    if scheme in ("postgres", "postgresql", "mysql", "file"):
+    if scheme in ("postgresql", "postgres"):
+        return _postgres(url, text, keys, history)
+    if scheme in ("mysql", "file"):
         raise _bad(url, f"the scheme {scheme!r} is not a store branchc has", "use sqlite:/// for a file")
-    raise _bad(url, f"the scheme {scheme!r} is unknown", "use sqlite or redis")
+    raise _bad(url, f"the scheme {scheme!r} is unknown", "use sqlite, redis or postgresql")
 
 
 HISTORY = "checkpoints kept per run, a number or all"
@@ -156,3 +179,44 @@ def _redis(url: str, text: str, keys: KeyRing | None, history: int | str | None)
     from .redis import RedisStore  # the URL is checked first, with or without the redis package
 
     return RedisStore(plain, keys=keys, prefix=prefix, timeout=timeout, history=kept)
+
+
+def _postgres(url: str, text: str, keys: KeyRing | None, history: int | str | None) -> RunStore:
+    parts = urlsplit(text)
+    hosts = parts.netloc.rpartition("@")[2]
+    for host in hosts.split(",") if hosts else ():  # libpq's several HOST:PORT, tried in turn
+        port = host.rpartition("]")[2].partition(":")[2]  # after an IPv6 address's brackets
+        if port and not port.isdigit():
+            raise _bad(url, f"the port in {host!r} is not a number", "write postgresql://USER@HOST:5432/DB")
+    database = parts.path[1:]
+    if "/" in database:
+        raise _bad(url, f"the database {database!r} has a slash", "write one database name, e.g. /branchc")
+    options = _options(
+        url,
+        parts.query,
+        {
+            "schema": "the schema of its tables, branchc",
+            "timeout": "seconds, 5",
+            "pool": "connections per process, 10",
+            "history": HISTORY,
+            **LIBPQ,
+        },
+    )
+    schema = options.pop("schema", "branchc")
+    if not SQL_NAME.fullmatch(schema):
+        raise _bad(
+            url, f"schema={schema!r} is not a lower-case SQL name", "write letters, digits and _, e.g. schema=branchc"
+        )
+    timeout = _seconds(url, "timeout", options.pop("timeout", None), 5.0)
+    if timeout == 0:
+        raise _bad(url, "timeout=0 would fail every call", "give seconds > 0")
+    pool = options.pop("pool", "10")
+    if not (pool.isdigit() and 0 < int(pool) <= 1000):
+        raise _bad(url, f"pool={pool!r} is not a number of connections from 1 to 1000", "write e.g. pool=10")
+    kept = _history(url, options, history)
+    options.pop("history", None)
+    query = "&".join(f"{name}={quote(value, safe='/:,')}" for name, value in options.items())
+    plain = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")  # // kept, host or not
+    from .postgres import PostgresStore  # the URL is checked first, with or without psycopg
+
+    return PostgresStore(plain, keys=keys, schema=schema, timeout=timeout, pool=int(pool), history=kept)
