@@ -30,32 +30,33 @@ from .engine import HandlerError
 
 __all__ = ["ChainedCalls", "python_name", "render_wrappers"]
 
-_TEMPLATE = jinja2.Environment(
+_TEMPLATES = jinja2.Environment(
     autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined
-).from_string(
+)
+_WRAPPER = """\
+@staticmethod
+def {{ tool.python }}({{ tool.signature }}) -> Any:
+    \"\"\"{{ tool.doc }}
+{% if tool.params_doc %}
+
+    Args:
+{% for line in tool.params_doc %}
+        {{ line }}
+{% endfor %}
+{% endif %}
+    \"\"\"
+    return _call({{ tool.name | tojson }}, _given({ {{- tool.arguments -}} }))
+"""
+_TEMPLATE = _TEMPLATES.from_string(
     """class tools:
     \"\"\"The other tools of this server: each call runs the tool and returns its result as JSON data.\"\"\"
 {% for tool in tools %}
 
-    @staticmethod
-    def {{ tool.python }}({{ tool.signature }}) -> Any:
-        \"\"\"{{ tool.doc }}
-{% if tool.params_doc %}
-
-        Args:
-{% for line in tool.params_doc %}
-            {{ line }}
-{% endfor %}
-{% endif %}
-        \"\"\"
-        return _call({{ tool.name | tojson }}, _given({ {{- tool.arguments -}} }))
+{{ wrapper(tool) | indent(4, first=True) }}
 {% endfor %}
 """
 )
-
-_UPSTREAM = jinja2.Environment(
-    autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined
-).from_string(
+_UPSTREAM = _TEMPLATES.from_string(
     """
 
 class upstream:
@@ -66,22 +67,13 @@ class upstream:
         \"\"\"The tools of the upstream server {{ server.name }}.\"\"\"
 {% for tool in server.tools %}
 
-        @staticmethod
-        def {{ tool.python }}({{ tool.signature }}) -> Any:
-            \"\"\"{{ tool.doc }}
-{% if tool.params_doc %}
-
-            Args:
-{% for line in tool.params_doc %}
-                {{ line }}
-{% endfor %}
-{% endif %}
-            \"\"\"
-            return _call({{ tool.name | tojson }}, _given({ {{- tool.arguments -}} }))
+{{ wrapper(tool) | indent(8, first=True) }}
 {% endfor %}
 {% endfor %}
 """
 )
+_ONE = _TEMPLATES.from_string(_WRAPPER)
+_TEMPLATES.globals["wrapper"] = lambda tool: _ONE.render(tool=tool).rstrip()  # one wrapper, indented where it goes
 
 _HINTS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list", "object": "dict"}
 
