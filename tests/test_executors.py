@@ -204,7 +204,9 @@ async def test_branchc_serve_executor_process_runs_branches_in_its_pool(tmp_path
     async with Client(server, mode="2026-07-28") as client:
         done = await within(60, client.call_tool("crunch", {"branches": 2, "spin": 300_000}))
     assert not done.is_error, done.content
-    assert len(done.structured_content["pids"]) == 2  # two worker processes, neither the server
+    pids, server = done.structured_content["pids"], done.structured_content["server"]
+    # the pool's workers, never the server (one worker may take both steps when the other is slow to start)
+    assert 1 <= len(pids) <= 2 and server not in pids
 
 
 # -- faults ------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Data that is not JSON at a phase boundary: the error names the phase function's file:line and
+"""Data that is not JSON at a phase boundary: the error names the file:line of the return that gave it and
 lists every bad value by its path (bounded), through the runtime API, `branchc run` and an MCP client."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ async def test_every_bad_value_is_listed_with_its_path():
 
     with pytest.raises(JsonDataError) as info:
         await run_tool(t, {}, MockClient())
-    line = before.__code__.co_firstlineno + 1  # the def, after its decorator
+    line = before.__code__.co_firstlineno + 2  # its one return (the errors name the return, not the def)
     problems = [
         "handoff['flights'][1]['when']: datetime is not JSON data (use .isoformat())",
         "handoff['price']: Decimal is not JSON data (use str() or float())",
@@ -95,7 +95,7 @@ async def test_a_long_list_of_bad_values_is_bounded_and_counted():
     lines = str(info.value).splitlines()
     assert (
         lines[0]
-        == f"{place_of(__file__, client.__code__.co_firstlineno + 1)}: client() returned data that is not JSON:"
+        == f"{place_of(__file__, client.__code__.co_firstlineno + 3)}: client() returned data that is not JSON:"
     )
     assert lines[1 : LISTED + 1] == [
         f"  client_result['rows'][{n}]['at']: date is not JSON data (use .isoformat())" for n in range(LISTED)
@@ -120,7 +120,7 @@ async def test_after_names_its_own_line():
     with pytest.raises(JsonDataError) as info:
         await run_tool(t, {}, MockClient())
     assert str(info.value).splitlines() == [
-        f"{place_of(__file__, after.__code__.co_firstlineno + 1)}: after() returned data that is not JSON:",
+        f"{place_of(__file__, after.__code__.co_firstlineno + 2)}: after() returned data that is not JSON:",  # return
         "  result['r']: tuple is not JSON data (use a list)",
         "  result['n']: inf is not JSON data (JSON has no NaN or infinity)",
         f"  hint: {HINT.format('after')}",
@@ -160,7 +160,7 @@ def client(handoff: dict, ctx: Context):
     yield ctx.log("info", "never")
     return handoff
 """
-BEFORE_LINE = 9  # `def load`
+BEFORE_LINE = 11  # load's return: its one return of a value
 
 
 def test_branchc_run_names_the_file_line_and_every_value(tmp_path: Path):
@@ -225,7 +225,7 @@ async def test_an_mcp_client_gets_the_client_phase_line(tmp_path, monkeypatch, m
     async with Client(server, mode=mode, **Scripted({}, []).callbacks()) as session:
         result = await session.call_tool("flights", {})
     assert result.is_error, result
-    line = CLIENT_RESULT.splitlines().index("def client(handoff: dict, ctx: Context):") + 1
+    line = CLIENT_RESULT.splitlines().index("    return {'when': handoff['when'], 'seats': {1, 2}}") + 1  # its return
     assert result.content[0].text.splitlines() == [
         f"{place_of(str(source.resolve()), line)}: client() returned data that is not JSON:",
         "  client_result['seats']: set is not JSON data (use a sorted list)",

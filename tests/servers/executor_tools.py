@@ -171,7 +171,8 @@ def crunching(ctx: Context, spin: int):
 @crunch.client
 def crunch_all(handoff: dict, ctx: Context):
     results = yield ctx.all([ctx.branch(crunching, handoff["spin"]) for _ in range(handoff["branches"])])
-    return {"pids": sorted({r["pid"] for r in results}), "totals": [r["total"] for r in results]}
+    pids = sorted({r["pid"] for r in results})
+    return {"pids": pids, "totals": [r["total"] for r in results], "server": os.getpid()}
 
 
 def deaths(marker: str) -> int:
